@@ -1,0 +1,1 @@
+//! The codelia adapter (in progress).

@@ -1,0 +1,1 @@
+//! The escapement adapter (in progress).

@@ -1,0 +1,1 @@
+//! The jte adapter (in progress).

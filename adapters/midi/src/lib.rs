@@ -1,0 +1,1 @@
+//! The midi adapter (in progress).

@@ -1,0 +1,1 @@
+//! The openai adapter (in progress).

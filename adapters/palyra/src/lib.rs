@@ -1,0 +1,1 @@
+//! The palyra adapter (in progress).

@@ -1,0 +1,1 @@
+//! The sse adapter (in progress).

@@ -1,0 +1,199 @@
+//! The interface every protocol decoder offers, so that `patchbay parse` and the
+//! transports can drive any of them the same way.
+
+use serde_json::Value;
+
+use crate::normalize::{Decoded, Normalizer};
+
+/// A pure, incremental decoder: bytes in (split anywhere), signals out. No I/O.
+pub trait StreamDecoder: Send {
+    /// Feeds the next bytes of the stream; complete units (lines, events, frames) are
+    /// decoded into `out`, partial ones are kept for the next call.
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>);
+
+    /// The stream ended: decodes what is still buffered (a last line or event without its
+    /// terminator is not thrown away) and emits anything held back.
+    fn finish(&mut self, out: &mut Vec<Decoded>);
+}
+
+/// Splits a byte stream into lines (`\n`, with an optional `\r` before it), keeping a
+/// partial last line until more bytes or the end arrive.
+#[derive(Debug, Default, Clone)]
+pub struct LineSplitter {
+    pending: Vec<u8>,
+    /// Largest line kept; longer lines are cut and reported by [`LineSplitter::feed`].
+    max_line: Option<usize>,
+}
+
+impl LineSplitter {
+    /// A splitter without a line length limit.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A splitter that refuses lines longer than `max` bytes.
+    pub fn with_max_line(max: usize) -> Self {
+        LineSplitter {
+            pending: Vec::new(),
+            max_line: Some(max),
+        }
+    }
+
+    /// Feeds bytes; calls `line` with each complete line (without its terminator,
+    /// lossily decoded as UTF-8). A line over the limit is passed as `Err(first bytes)`.
+    pub fn feed(&mut self, bytes: &[u8], mut line: impl FnMut(Result<&str, &str>)) {
+        let mut rest = bytes;
+        while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
+            self.pending.extend_from_slice(&rest[..pos]);
+            rest = &rest[pos + 1..];
+            self.emit(&mut line);
+        }
+        self.pending.extend_from_slice(rest);
+        if let Some(max) = self.max_line {
+            if self.pending.len() > max {
+                // Keep reading past it but report it once, as cut.
+                self.emit(&mut line);
+            }
+        }
+    }
+
+    /// Ends the stream: passes a last line that had no terminator.
+    pub fn finish(&mut self, mut line: impl FnMut(Result<&str, &str>)) {
+        if !self.pending.is_empty() {
+            self.emit(&mut line);
+        }
+    }
+
+    fn emit(&mut self, line: &mut impl FnMut(Result<&str, &str>)) {
+        let mut bytes = std::mem::take(&mut self.pending);
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        match self.max_line {
+            Some(max) if bytes.len() > max => {
+                line(Err(&crate::truncate(&text, crate::normalize::RAW_KEEP)))
+            }
+            _ => line(Ok(&text)),
+        }
+    }
+}
+
+/// NDJSON of generic envelopes (`patchbay parse --protocol sajou`, `stdin`, `file`).
+#[derive(Debug, Clone)]
+pub struct NdjsonDecoder {
+    lines: LineSplitter,
+    normalizer: Normalizer,
+}
+
+impl NdjsonDecoder {
+    /// A decoder whose signals default to `source`.
+    pub fn new(source: impl Into<String>) -> Self {
+        NdjsonDecoder {
+            lines: LineSplitter::new(),
+            normalizer: Normalizer::new(source),
+        }
+    }
+}
+
+impl StreamDecoder for NdjsonDecoder {
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
+        let normalizer = &mut self.normalizer;
+        self.lines.feed(bytes, |line| push_line(normalizer, line, out));
+    }
+
+    fn finish(&mut self, out: &mut Vec<Decoded>) {
+        let normalizer = &mut self.normalizer;
+        self.lines.finish(|line| push_line(normalizer, line, out));
+    }
+}
+
+fn push_line(normalizer: &mut Normalizer, line: Result<&str, &str>, out: &mut Vec<Decoded>) {
+    match line {
+        Ok(text) => out.extend(normalizer.decode_text(text)),
+        Err(cut) => out.push(Decoded::BadInput(normalizer.bad_input(cut, "line too long"))),
+    }
+}
+
+/// One line of a recorded session, as patchbay's captures store them:
+/// `{"t": ms, "dir": "in"|"out", "frame"|"msg": …}`, or a bare frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordedLine {
+    /// A bare frame (not wrapped).
+    Bare(Value),
+    /// A frame the peer sent to patchbay (`dir: "in"`), with its recorded time.
+    Incoming {
+        /// The recorded time `t`, if any.
+        t: Option<i64>,
+        /// The frame.
+        frame: Value,
+    },
+    /// A line to skip: something patchbay sent (`out`), stderr or a note.
+    Other,
+}
+
+/// Classifies one JSON line of a recording: wrapped lines (`t`, `dir`, `frame`|`msg`) give
+/// their frame when `dir` is `in`; any other JSON is a bare frame.
+pub fn recorded_line(value: Value) -> RecordedLine {
+    let is_wrapped = value.get("dir").is_some_and(Value::is_string)
+        && (value.get("frame").is_some() || value.get("msg").is_some());
+    if !is_wrapped {
+        return RecordedLine::Bare(value);
+    }
+    let Value::Object(mut obj) = value else {
+        return RecordedLine::Other;
+    };
+    if obj.get("dir").and_then(Value::as_str) != Some("in") {
+        return RecordedLine::Other;
+    }
+    let t = obj.get("t").and_then(Value::as_i64);
+    let frame = obj
+        .remove("frame")
+        .or_else(|| obj.remove("msg"))
+        .unwrap_or(Value::Null);
+    RecordedLine::Incoming { t, frame }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn lines_split_anywhere_and_last_line_is_kept() {
+        let mut d = NdjsonDecoder::new("parse:sajou");
+        let mut out = Vec::new();
+        let text = b"{\"type\":\"a\"}\r\n\n{\"type\":\"b\"}\n{\"type\":\"c\"}";
+        for chunk in text.chunks(3) {
+            d.feed(chunk, &mut out);
+        }
+        assert_eq!(out.len(), 2);
+        d.finish(&mut out);
+        let kinds: Vec<_> = out.into_iter().map(|d| d.into_signal().kind).collect();
+        assert_eq!(kinds, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn recorded_lines() {
+        assert_eq!(
+            recorded_line(json!({"t": 1, "dir": "in", "frame": {"x": 1}})),
+            RecordedLine::Incoming { t: Some(1), frame: json!({"x": 1}) }
+        );
+        assert_eq!(
+            recorded_line(json!({"t": 1, "dir": "out", "msg": {}})),
+            RecordedLine::Other
+        );
+        assert_eq!(recorded_line(json!({"kind": "event"})), RecordedLine::Bare(json!({"kind": "event"})));
+    }
+
+    #[test]
+    fn overlong_lines_are_reported() {
+        let mut s = LineSplitter::with_max_line(4);
+        let mut seen = Vec::new();
+        s.feed(b"ab\nabcdefgh\nxy", |l| seen.push(l.map(str::to_owned).map_err(str::to_owned)));
+        s.finish(|l| seen.push(l.map(str::to_owned).map_err(str::to_owned)));
+        assert_eq!(seen[0], Ok("ab".to_owned()));
+        assert!(seen[1].is_err());
+        assert_eq!(seen.last().unwrap(), &Ok("xy".to_owned()));
+    }
+}

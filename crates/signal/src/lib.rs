@@ -1,0 +1,173 @@
+//! The patchbay signal envelope.
+//!
+//! Every stream patchbay reads (an LLM token stream, an agent runtime's events, a MIDI
+//! controller) is turned into [`Signal`]s: one JSON envelope with the field names of
+//! sajou's `signal.schema.json` (`id`, `type`, `timestamp`, `source`, `correlationId`,
+//! `metadata`, `payload`). This crate holds the envelope, the typed payloads of the
+//! well-known types and their validation ([`well_known`]), the generic JSON decoder that
+//! turns any envelope-ish JSON into a valid signal ([`normalize`]), dot paths into a signal
+//! ([`path`]) and the id and clock helpers. It does no I/O.
+
+pub mod control;
+pub mod decode;
+mod id;
+pub mod normalize;
+pub mod path;
+pub mod well_known;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub use id::next_id;
+
+/// A JSON object, as used for payloads and metadata.
+pub type Object = Map<String, Value>;
+
+/// A signal shared between branches of the graph: signals are immutable once emitted.
+pub type SharedSignal = Arc<Signal>;
+
+/// The signal envelope.
+///
+/// Serializes to the exact JSON shape of sajou's signal schema; `correlationId` and
+/// `metadata` are omitted when absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Signal {
+    /// Unique per patchbay process and sortable by creation time (see [`next_id`]).
+    pub id: String,
+    /// The signal type: a well-known type (`text_delta`, …), a MIDI or control type, or
+    /// any other string (the protocol is open).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Epoch milliseconds.
+    pub timestamp: i64,
+    /// The node that produced the signal, `<adapter>:<name>` by convention.
+    pub source: String,
+    /// Groups the signals of one episode (a completion, a run, a session).
+    #[serde(
+        rename = "correlationId",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub correlation_id: Option<String>,
+    /// Adapter extras that the payload schema does not allow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+    /// The typed payload: its shape depends on `kind`.
+    #[serde(default)]
+    pub payload: Object,
+}
+
+impl Signal {
+    /// A new signal with a fresh id and the current wall-clock time.
+    pub fn new(kind: impl Into<String>, source: impl Into<String>, payload: Object) -> Self {
+        Signal {
+            id: next_id(),
+            kind: kind.into(),
+            timestamp: now_ms(),
+            source: source.into(),
+            correlation_id: None,
+            metadata: None,
+            payload,
+        }
+    }
+
+    /// Sets the timestamp (builder style).
+    pub fn at(mut self, timestamp: i64) -> Self {
+        self.timestamp = timestamp;
+        self
+    }
+
+    /// Sets the correlation id (builder style).
+    pub fn correlated(mut self, correlation_id: impl Into<String>) -> Self {
+        self.correlation_id = Some(correlation_id.into());
+        self
+    }
+
+    /// Sets one metadata field (builder style).
+    pub fn with_meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.metadata_mut().insert(key.into(), value.into());
+        self
+    }
+
+    /// The metadata object, created empty if absent.
+    pub fn metadata_mut(&mut self) -> &mut Object {
+        self.metadata.get_or_insert_with(Object::new)
+    }
+
+    /// One metadata field, if present.
+    pub fn meta(&self, key: &str) -> Option<&Value> {
+        self.metadata.as_ref().and_then(|m| m.get(key))
+    }
+
+    /// Serializes the envelope to compact JSON.
+    pub fn to_json(&self) -> String {
+        // A Signal holds only strings, integers and JSON values: serialization cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The envelope as a JSON value.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// Current wall-clock time in epoch milliseconds.
+pub fn now_ms() -> i64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Builds a JSON object from `key => value` pairs.
+///
+/// ```
+/// let p = patchbay_signal::object! { "agentId" => "a", "content" => "hi" };
+/// assert_eq!(p["content"], "hi");
+/// ```
+#[macro_export]
+macro_rules! object {
+    () => { $crate::Object::new() };
+    ($($k:expr => $v:expr),+ $(,)?) => {{
+        let mut m = $crate::Object::new();
+        $( m.insert(::std::string::String::from($k), ::serde_json::Value::from($v)); )+
+        m
+    }};
+}
+
+/// Truncates `text` to at most `max` bytes on a character boundary, adding `…` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_field_names_match_the_schema() {
+        let s = Signal::new("text_delta", "test:a", object! {"agentId" => "a", "content" => "x"})
+            .at(0)
+            .correlated("c1");
+        let v = s.to_value();
+        let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys, ["id", "type", "timestamp", "source", "correlationId", "payload"]);
+        patchbay_testkit::assert_schema_valid(&v);
+    }
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate("héllo", 2), "h…");
+        assert_eq!(truncate("abc", 3), "abc");
+    }
+}

@@ -1,0 +1,606 @@
+//! The well-known signal types: typed payloads and their validation.
+//!
+//! The payload schemas are those of sajou's `signal.schema.json`. Validation is typed code,
+//! not a JSON Schema engine: [`check`] says whether a payload is valid for its type, and
+//! [`repair`] makes any signal of a well-known type valid without losing anything (extra
+//! fields move to `metadata.extra`; what cannot be repaired becomes `invalid.<type>`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Object, Signal};
+
+/// A payload type with a well-known signal type.
+pub trait Payload: Serialize {
+    /// The signal `type` this payload belongs to.
+    const KIND: &'static str;
+
+    /// The payload as a JSON object.
+    fn into_object(self) -> Object
+    where
+        Self: Sized,
+    {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map,
+            _ => Object::new(),
+        }
+    }
+
+    /// A signal of this type from `source`, with a fresh id and the current time.
+    fn into_signal(self, source: impl Into<String>) -> Signal
+    where
+        Self: Sized,
+    {
+        Signal::new(Self::KIND, source, self.into_object())
+    }
+}
+
+/// The state of an agent, as in `agent_state_change`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentState {
+    /// No task.
+    Idle,
+    /// Processing or reasoning.
+    Thinking,
+    /// Executing a tool or an action.
+    Acting,
+    /// Blocked on external input (an approval, a user answer).
+    Waiting,
+    /// Task completed.
+    Done,
+    /// Failed.
+    Error,
+}
+
+/// Severity of an `error` signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Subtle: something recoverable (a retry, a bad frame).
+    Warning,
+    /// An error.
+    Error,
+    /// A failure that needs attention now.
+    Critical,
+}
+
+macro_rules! payload {
+    ($(#[$doc:meta])* $name:ident = $kind:literal { $($(#[$fdoc:meta])* $field:ident : $ty:ty => $json:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $(
+                $(#[$fdoc])*
+                #[serde(rename = $json)]
+                #[serde(default, skip_serializing_if = "is_absent")]
+                pub $field: $ty,
+            )*
+        }
+        impl Payload for $name {
+            const KIND: &'static str = $kind;
+        }
+    };
+}
+
+/// Trait used by `skip_serializing_if` so that `Option::None` fields are omitted while
+/// required fields are always written.
+trait Absent {
+    fn absent(&self) -> bool {
+        false
+    }
+}
+impl<T> Absent for Option<T> {
+    fn absent(&self) -> bool {
+        self.is_none()
+    }
+}
+impl Absent for String {}
+impl Absent for bool {}
+impl Absent for u64 {}
+impl Absent for AgentState {}
+impl Absent for Severity {}
+fn is_absent<T: Absent>(v: &T) -> bool {
+    v.absent()
+}
+impl Default for AgentState {
+    fn default() -> Self {
+        AgentState::Idle
+    }
+}
+impl Default for Severity {
+    fn default() -> Self {
+        Severity::Error
+    }
+}
+
+payload!(
+    /// `task_dispatch`: a task is assigned to an agent.
+    TaskDispatch = "task_dispatch" {
+        /// The task being dispatched.
+        task_id: String => "taskId",
+        /// Who dispatches it.
+        from: String => "from",
+        /// Who receives it.
+        to: String => "to",
+        /// Human-readable description.
+        description: Option<String> => "description",
+    }
+);
+
+payload!(
+    /// `tool_call`: an agent invokes a tool.
+    ToolCall = "tool_call" {
+        /// The tool's name.
+        tool_name: String => "toolName",
+        /// The calling agent.
+        agent_id: String => "agentId",
+        /// Correlates with the `tool_result`.
+        call_id: Option<String> => "callId",
+        /// The arguments (an object).
+        input: Option<Object> => "input",
+    }
+);
+
+payload!(
+    /// `tool_result`: a tool returned.
+    ToolResult = "tool_result" {
+        /// The tool's name.
+        tool_name: String => "toolName",
+        /// The agent that made the call.
+        agent_id: String => "agentId",
+        /// Correlates with the `tool_call`.
+        call_id: Option<String> => "callId",
+        /// Whether the call succeeded.
+        success: bool => "success",
+        /// The tool's output (an object).
+        output: Option<Object> => "output",
+    }
+);
+
+payload!(
+    /// `token_usage`: tokens consumed.
+    TokenUsage = "token_usage" {
+        /// The consuming agent.
+        agent_id: String => "agentId",
+        /// Prompt (input) tokens.
+        prompt_tokens: u64 => "promptTokens",
+        /// Completion (output) tokens.
+        completion_tokens: u64 => "completionTokens",
+        /// The model used.
+        model: Option<String> => "model",
+        /// Estimated cost in USD.
+        cost: Option<f64> => "cost",
+    }
+);
+
+payload!(
+    /// `agent_state_change`: an agent moves between states.
+    AgentStateChange = "agent_state_change" {
+        /// The agent.
+        agent_id: String => "agentId",
+        /// Previous state.
+        from: AgentState => "from",
+        /// New state.
+        to: AgentState => "to",
+        /// Why.
+        reason: Option<String> => "reason",
+    }
+);
+
+payload!(
+    /// `error`: something went wrong.
+    ErrorPayload = "error" {
+        /// The agent concerned.
+        agent_id: Option<String> => "agentId",
+        /// Machine-readable code.
+        code: Option<String> => "code",
+        /// Human-readable message.
+        message: String => "message",
+        /// How bad it is.
+        severity: Severity => "severity",
+    }
+);
+
+payload!(
+    /// `completion`: a task or a stream finished.
+    Completion = "completion" {
+        /// The task that completed.
+        task_id: String => "taskId",
+        /// The agent that completed it.
+        agent_id: Option<String> => "agentId",
+        /// Whether it succeeded.
+        success: bool => "success",
+        /// Summary of the result (a finish or stop reason, for LLM streams).
+        result: Option<String> => "result",
+    }
+);
+
+payload!(
+    /// `text_delta`: a streaming text chunk.
+    TextDelta = "text_delta" {
+        /// The agent producing the text.
+        agent_id: String => "agentId",
+        /// The chunk (a delta, not cumulative).
+        content: String => "content",
+        /// `text`, `code` or `markdown`.
+        content_type: Option<String> => "contentType",
+        /// Chunk index within the stream (0-based).
+        index: Option<u64> => "index",
+    }
+);
+
+payload!(
+    /// `thinking`: a reasoning chunk.
+    Thinking = "thinking" {
+        /// The agent thinking.
+        agent_id: String => "agentId",
+        /// The reasoning text chunk.
+        content: String => "content",
+    }
+);
+
+/// The well-known signal types, whose payloads have a schema.
+pub const WELL_KNOWN_TYPES: [&str; 14] = [
+    "task_dispatch",
+    "tool_call",
+    "tool_result",
+    "token_usage",
+    "agent_state_change",
+    "error",
+    "completion",
+    "text_delta",
+    "thinking",
+    "user.click",
+    "user.move",
+    "user.zone",
+    "user.command",
+    "user.point",
+];
+
+/// Whether `kind` is a well-known type.
+pub fn is_well_known(kind: &str) -> bool {
+    spec(kind).is_some()
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Str,
+    Bool,
+    /// Integer ≥ 0.
+    Count,
+    /// Number ≥ 0.
+    Amount,
+    Obj,
+    State,
+    Severity,
+    ContentType,
+    Position,
+    Bounds,
+}
+
+struct Field {
+    name: &'static str,
+    kind: Kind,
+    required: bool,
+}
+
+const fn req(name: &'static str, kind: Kind) -> Field {
+    Field {
+        name,
+        kind,
+        required: true,
+    }
+}
+const fn opt(name: &'static str, kind: Kind) -> Field {
+    Field {
+        name,
+        kind,
+        required: false,
+    }
+}
+
+fn spec(kind: &str) -> Option<&'static [Field]> {
+    use Kind::*;
+    Some(match kind {
+        "task_dispatch" => &const { [
+            req("taskId", Str),
+            req("from", Str),
+            req("to", Str),
+            opt("description", Str),
+        ] },
+        "tool_call" => &const { [
+            req("toolName", Str),
+            req("agentId", Str),
+            opt("callId", Str),
+            opt("input", Obj),
+        ] },
+        "tool_result" => &const { [
+            req("toolName", Str),
+            req("agentId", Str),
+            opt("callId", Str),
+            req("success", Bool),
+            opt("output", Obj),
+        ] },
+        "token_usage" => &const { [
+            req("agentId", Str),
+            req("promptTokens", Count),
+            req("completionTokens", Count),
+            opt("model", Str),
+            opt("cost", Amount),
+        ] },
+        "agent_state_change" => &const { [
+            req("agentId", Str),
+            req("from", State),
+            req("to", State),
+            opt("reason", Str),
+        ] },
+        "error" => &const { [
+            opt("agentId", Str),
+            opt("code", Str),
+            req("message", Str),
+            req("severity", Severity),
+        ] },
+        "completion" => &const { [
+            req("taskId", Str),
+            opt("agentId", Str),
+            req("success", Bool),
+            opt("result", Str),
+        ] },
+        "text_delta" => &const { [
+            req("agentId", Str),
+            req("content", Str),
+            opt("contentType", ContentType),
+            opt("index", Count),
+        ] },
+        "thinking" => &const { [req("agentId", Str), req("content", Str)] },
+        "user.click" => &const { [req("target", Str), opt("position", Position)] },
+        "user.move" => &const { [req("entityId", Str), req("toSlot", Str), opt("toZone", Str)] },
+        "user.zone" => &const { [req("bounds", Bounds), opt("intent", Str)] },
+        "user.command" => &const { [
+            req("entityId", Str),
+            req("action", Str),
+            opt("params", Obj),
+        ] },
+        "user.point" => &const { [req("position", Position), opt("zone", Str)] },
+        _ => return None,
+    })
+}
+
+fn is_number(v: &Value) -> bool {
+    v.is_number()
+}
+
+fn fits(kind: Kind, v: &Value) -> bool {
+    match kind {
+        Kind::Str => v.is_string(),
+        Kind::Bool => v.is_boolean(),
+        // JSON Schema's "integer" accepts 3.0 too.
+        Kind::Count => match v {
+            Value::Number(n) => {
+                n.as_u64().is_some() || n.as_f64().is_some_and(|f| f >= 0.0 && f.fract() == 0.0)
+            }
+            _ => false,
+        },
+        Kind::Amount => v.as_f64().is_some_and(|f| f >= 0.0),
+        Kind::Obj => v.is_object(),
+        Kind::State => matches!(
+            v.as_str(),
+            Some("idle" | "thinking" | "acting" | "waiting" | "done" | "error")
+        ),
+        Kind::Severity => matches!(v.as_str(), Some("warning" | "error" | "critical")),
+        Kind::ContentType => matches!(v.as_str(), Some("text" | "code" | "markdown")),
+        Kind::Position => v.as_object().is_some_and(|o| {
+            o.len() == 2 && o.get("x").is_some_and(is_number) && o.get("y").is_some_and(is_number)
+        }),
+        Kind::Bounds => v.as_object().is_some_and(|o| {
+            o.len() == 4
+                && o.get("x").is_some_and(is_number)
+                && o.get("y").is_some_and(is_number)
+                && o.get("w").and_then(Value::as_f64).is_some_and(|w| w >= 0.0)
+                && o.get("h").and_then(Value::as_f64).is_some_and(|h| h >= 0.0)
+        }),
+    }
+}
+
+/// Why a payload is not valid for its well-known type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// A required field is missing.
+    #[error("missing required field `{0}`")]
+    Missing(&'static str),
+    /// A field has the wrong type or value.
+    #[error("field `{field}` must be {expected}")]
+    WrongType {
+        /// The field.
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// A field the schema does not allow.
+    #[error("field `{0}` is not allowed")]
+    Unknown(String),
+}
+
+fn describe(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Str => "a string",
+        Kind::Bool => "a boolean",
+        Kind::Count => "an integer >= 0",
+        Kind::Amount => "a number >= 0",
+        Kind::Obj => "an object",
+        Kind::State => "one of idle, thinking, acting, waiting, done, error",
+        Kind::Severity => "one of warning, error, critical",
+        Kind::ContentType => "one of text, code, markdown",
+        Kind::Position => "an object {x, y}",
+        Kind::Bounds => "an object {x, y, w >= 0, h >= 0}",
+    }
+}
+
+/// Checks a payload against its type's schema. Types that are not well-known are always
+/// valid (any object).
+pub fn check(kind: &str, payload: &Object) -> Result<(), Invalid> {
+    let Some(fields) = spec(kind) else {
+        return Ok(());
+    };
+    for f in fields {
+        match payload.get(f.name) {
+            None if f.required => return Err(Invalid::Missing(f.name)),
+            None => {}
+            Some(v) if !fits(f.kind, v) => {
+                return Err(Invalid::WrongType {
+                    field: f.name,
+                    expected: describe(f.kind),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    if payload.len() > fields.len() || payload.keys().any(|k| !fields.iter().any(|f| f.name == k)) {
+        let extra = payload
+            .keys()
+            .find(|k| !fields.iter().any(|f| f.name == *k))
+            .cloned()
+            .unwrap_or_default();
+        return Err(Invalid::Unknown(extra));
+    }
+    Ok(())
+}
+
+/// Checks a whole signal: its payload against its type.
+pub fn check_signal(signal: &Signal) -> Result<(), Invalid> {
+    check(&signal.kind, &signal.payload)
+}
+
+/// Makes a signal of a well-known type valid without losing anything:
+///
+/// - payload fields the schema does not allow, and optional fields of the wrong type,
+///   move to `metadata.extra`;
+/// - a missing `taskId` is filled from `correlationId`, a missing `agentId` from `source`;
+/// - if it is still invalid, the type becomes `invalid.<type>` and the reason is written to
+///   `metadata.invalid`, so consumers of well-known types never see an invalid signal.
+///
+/// Returns whether the signal was changed. Signals of other types are left alone.
+pub fn repair(signal: &mut Signal) -> bool {
+    let Some(fields) = spec(&signal.kind) else {
+        return false;
+    };
+    if check(&signal.kind, &signal.payload).is_ok() {
+        return false;
+    }
+    let mut extra = Object::new();
+    let keys: Vec<String> = signal.payload.keys().cloned().collect();
+    for key in keys {
+        let field = fields.iter().find(|f| f.name == key);
+        let keep = match field {
+            Some(f) => f.required || fits(f.kind, &signal.payload[&key]),
+            None => false,
+        };
+        if !keep {
+            if let Some(v) = signal.payload.remove(&key) {
+                extra.insert(key, v);
+            }
+        }
+    }
+    if fields.iter().any(|f| f.name == "taskId") && !signal.payload.contains_key("taskId") {
+        if let Some(c) = &signal.correlation_id {
+            signal.payload.insert("taskId".into(), Value::String(c.clone()));
+        }
+    }
+    if fields.iter().any(|f| f.name == "agentId" && f.required)
+        && !signal.payload.contains_key("agentId")
+    {
+        signal
+            .payload
+            .insert("agentId".into(), Value::String(signal.source.clone()));
+    }
+    if !extra.is_empty() {
+        let meta = signal.metadata_mut();
+        match meta.get_mut("extra") {
+            Some(Value::Object(existing)) => existing.extend(extra),
+            _ => {
+                meta.insert("extra".into(), Value::Object(extra));
+            }
+        }
+    }
+    if let Err(reason) = check(&signal.kind, &signal.payload) {
+        let kind = std::mem::take(&mut signal.kind);
+        signal.kind = format!("invalid.{kind}");
+        signal
+            .metadata_mut()
+            .insert("invalid".into(), Value::String(reason.to_string()));
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object;
+
+    #[test]
+    fn typed_payloads_serialize_to_valid_payloads() {
+        let s = TextDelta {
+            agent_id: "m".into(),
+            content: "hi".into(),
+            content_type: None,
+            index: Some(0),
+        }
+        .into_signal("openai:x");
+        assert_eq!(s.kind, "text_delta");
+        assert_eq!(check_signal(&s), Ok(()));
+        patchbay_testkit::assert_schema_valid(&s.to_value());
+        let e = ErrorPayload {
+            agent_id: None,
+            code: Some("bad_frame".into()),
+            message: "x".into(),
+            severity: Severity::Warning,
+        }
+        .into_object();
+        assert!(!e.contains_key("agentId"));
+        assert_eq!(e["severity"], "warning");
+    }
+
+    #[test]
+    fn repair_moves_extras_and_fills_from_the_envelope() {
+        let mut s = Signal::new(
+            "completion",
+            "x:y",
+            object! {"success" => true, "extraField" => 3},
+        )
+        .correlated("run-1");
+        assert!(repair(&mut s));
+        assert_eq!(s.kind, "completion");
+        assert_eq!(s.payload["taskId"], "run-1");
+        assert_eq!(s.metadata.as_ref().unwrap()["extra"]["extraField"], 3);
+        patchbay_testkit::assert_schema_valid(&s.to_value());
+    }
+
+    #[test]
+    fn unrepairable_becomes_invalid_type() {
+        let mut s = Signal::new("agent_state_change", "x:y", object! {"from" => "idle", "to" => "flying"});
+        repair(&mut s);
+        assert_eq!(s.kind, "invalid.agent_state_change");
+        assert!(s.meta("invalid").unwrap().as_str().unwrap().contains("`to`"));
+        assert_eq!(s.payload["agentId"], "x:y");
+    }
+
+    #[test]
+    fn optional_field_of_wrong_type_moves_to_extra() {
+        let mut s = Signal::new(
+            "tool_call",
+            "x:y",
+            object! {"toolName" => "t", "agentId" => "a", "input" => "not an object"},
+        );
+        repair(&mut s);
+        assert_eq!(s.kind, "tool_call");
+        assert_eq!(s.meta("extra").unwrap()["input"], "not an object");
+    }
+
+    #[test]
+    fn other_types_are_untouched() {
+        let mut s = Signal::new("midi.note_on", "x", object! {"anything" => 1});
+        assert!(!repair(&mut s));
+    }
+}

@@ -1,0 +1,71 @@
+//! Test support shared by patchbay's crates.
+//!
+//! Signals are validated against sajou's real `signal.schema.json` (copied under
+//! `tests/fixtures/sajou/`) with a JSON Schema validator, independently of patchbay's own
+//! typed check, so the two keep each other honest.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// The project's root directory.
+pub fn project_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("project root")
+}
+
+/// The path of a fixture under `tests/fixtures/`, e.g. `fixture("openai/x.sse")`.
+pub fn fixture(relative: &str) -> PathBuf {
+    project_root().join("tests/fixtures").join(relative)
+}
+
+/// The text of a fixture under `tests/fixtures/`.
+pub fn fixture_text(relative: &str) -> String {
+    let path = fixture(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn validator() -> &'static jsonschema::Validator {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    V.get_or_init(|| {
+        let schema: Value = serde_json::from_str(&fixture_text("sajou/signal.schema.json"))
+            .expect("schema is JSON");
+        jsonschema::validator_for(&schema).expect("schema compiles")
+    })
+}
+
+/// The schema errors of a signal (as JSON), empty when it is valid.
+pub fn schema_errors(signal: &Value) -> Vec<String> {
+    validator()
+        .iter_errors(signal)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
+
+/// Panics with the schema errors if `signal` (as JSON) does not validate against
+/// sajou's signal schema.
+pub fn assert_schema_valid(signal: &Value) {
+    let errors = schema_errors(signal);
+    assert!(errors.is_empty(), "schema-invalid signal {signal}: {errors:?}");
+}
+
+/// The well-known types: signals of these must always validate.
+pub const WELL_KNOWN: [&str; 14] = [
+    "task_dispatch",
+    "tool_call",
+    "tool_result",
+    "token_usage",
+    "agent_state_change",
+    "error",
+    "completion",
+    "text_delta",
+    "thinking",
+    "user.click",
+    "user.move",
+    "user.zone",
+    "user.command",
+    "user.point",
+];
