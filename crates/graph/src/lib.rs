@@ -1,1 +1,25 @@
-//! placeholder
+//! patchbay's wiring graph.
+//!
+//! Users write pipelines as TOML config files: sources, filters and outputs wired by
+//! their `inputs`. This crate loads and checks them ([`config`], [`compile`]), defines the
+//! interfaces components implement ([`filter`] for filters, [`component`] for sources and
+//! outputs), and runs the graph ([`engine`] synchronously, [`runtime`] with tokio).
+
+pub mod compile;
+pub mod component;
+pub mod config;
+pub mod engine;
+pub mod filter;
+pub mod queue;
+pub mod registry;
+pub mod runtime;
+pub mod telemetry;
+pub mod testing;
+
+pub use compile::{Graph, Node, NodeKind, compile, read_config_paths};
+pub use component::{BoxFuture, ComponentError, Output, OutputContext, Shutdown, Source, SourceContext};
+pub use config::{Diagnostic, Options, SourceText};
+pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
+pub use queue::{SignalQueue, WhenFull};
+pub use registry::{OutputKind, Registry};
+pub use telemetry::{ComponentStats, HealthState, Telemetry};

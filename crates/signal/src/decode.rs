@@ -110,9 +110,30 @@ impl StreamDecoder for NdjsonDecoder {
 
 fn push_line(normalizer: &mut Normalizer, line: Result<&str, &str>, out: &mut Vec<Decoded>) {
     match line {
-        Ok(text) => out.extend(normalizer.decode_text(text)),
+        Ok(text) => out.extend(decode_line(normalizer, text)),
         Err(cut) => out.push(Decoded::BadInput(normalizer.bad_input(cut, "line too long"))),
     }
+}
+
+/// Decodes one NDJSON line: an envelope, or a sajou emitter scenario line
+/// `{"delayMs": N, "signal": {…}}`, whose signal is decoded as it is.
+pub fn decode_line(normalizer: &mut Normalizer, text: &str) -> Option<Decoded> {
+    let decoded = normalizer.decode_text(text)?;
+    Some(match decoded {
+        Decoded::Signal(s) if s.kind == "event" && is_scenario_line(&s.payload) => {
+            let mut payload = s.payload;
+            let signal = payload.remove("signal").unwrap_or(Value::Null);
+            Decoded::Signal(normalizer.from_value(signal))
+        }
+        other => other,
+    })
+}
+
+/// Whether an object is a sajou emitter scenario line (`delayMs` and a `signal` object).
+pub fn is_scenario_line(object: &crate::Object) -> bool {
+    object.len() == 2
+        && object.get("delayMs").is_some_and(Value::is_number)
+        && object.get("signal").is_some_and(Value::is_object)
 }
 
 /// One line of a recorded session, as patchbay's captures store them:
@@ -171,6 +192,17 @@ mod tests {
         d.finish(&mut out);
         let kinds: Vec<_> = out.into_iter().map(|d| d.into_signal().kind).collect();
         assert_eq!(kinds, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn scenario_lines_unwrap_to_their_signal() {
+        let mut d = NdjsonDecoder::new("parse:sajou");
+        let mut out = Vec::new();
+        d.feed(br#"{"delayMs":80,"signal":{"id":"sig-1","type":"x","timestamp":0,"source":"adapter:emitter","payload":{}}}"#, &mut out);
+        d.finish(&mut out);
+        let s = out.pop().unwrap().into_signal();
+        assert_eq!((s.id.as_str(), s.kind.as_str(), s.timestamp), ("sig-1", "x", 0));
+        assert_eq!(s.source, "adapter:emitter");
     }
 
     #[test]

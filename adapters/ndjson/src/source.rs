@@ -1,0 +1,185 @@
+//! `file` and `stdin` sources.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use patchbay_graph::{BoxFuture, ComponentError, Diagnostic, Options, Source, SourceContext};
+use patchbay_signal::decode::{NdjsonDecoder, StreamDecoder, is_scenario_line};
+use patchbay_signal::normalize::{Decoded, Normalizer};
+use patchbay_signal::now_ms;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+
+/// How a `file` source reads its lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileFormat {
+    /// One envelope per line (NDJSON), emitted as fast as the graph takes them.
+    #[default]
+    Signals,
+    /// sajou emitter lines `{"delayMs": N, "signal": {…}}`, replayed with their delays.
+    Scenario,
+}
+
+/// `[sources.NAME] type = "file"`: replays a file of signals.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSourceConfig {
+    /// The file to read.
+    pub path: PathBuf,
+    /// `"signals"` (NDJSON envelopes, default) or `"scenario"` (sajou emitter lines).
+    #[serde(default)]
+    pub format: FileFormat,
+    /// Scenario only: each `delayMs` is multiplied by `speed` (1 = real time, 0.5 = twice
+    /// as fast, 0 = as fast as possible). Replayed signals are stamped with the scenario's
+    /// own timeline (start time + the sum of `delayMs`), whatever the speed, so event-clock
+    /// filters give the same output at any speed.
+    #[serde(default = "default_speed")]
+    pub speed: f64,
+    /// Start again from the top when the file ends (the source then never ends).
+    #[serde(default, rename = "loop")]
+    pub repeat: bool,
+}
+
+fn default_speed() -> f64 {
+    1.0
+}
+
+/// `[sources.NAME] type = "stdin"`: NDJSON envelopes from standard input.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StdinConfig {}
+
+pub(crate) fn build_file(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
+    let config: FileSourceConfig = options.parse()?;
+    if !(config.speed.is_finite() && config.speed >= 0.0) {
+        return Err(options.error_at("speed", "`speed` must be a number >= 0"));
+    }
+    if options.has("speed") && config.format != FileFormat::Scenario {
+        return Err(options.error_at("speed", "`speed` applies to `format = \"scenario\"` only"));
+    }
+    Ok(Box::new(FileSource { config }))
+}
+
+pub(crate) fn build_stdin(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
+    let _: StdinConfig = options.parse()?;
+    Ok(Box::new(StdinSource))
+}
+
+struct FileSource {
+    config: FileSourceConfig,
+}
+
+impl Source for FileSource {
+    fn is_finite(&self) -> bool {
+        !self.config.repeat
+    }
+
+    fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
+        Box::pin(async move {
+            let source = format!("file:{}", cx.name());
+            loop {
+                let file = tokio::fs::File::open(&self.config.path)
+                    .await
+                    .map_err(|e| format!("{}: {e}", self.config.path.display()))?;
+                let done = match self.config.format {
+                    FileFormat::Signals => {
+                        read_signals(file, NdjsonDecoder::new(source.clone()), &cx).await?
+                    }
+                    FileFormat::Scenario => replay_scenario(file, &source, self.config.speed, &cx).await?,
+                };
+                if !done || !self.config.repeat {
+                    return Ok(());
+                }
+            }
+        })
+    }
+}
+
+struct StdinSource;
+
+impl Source for StdinSource {
+    fn is_finite(&self) -> bool {
+        true
+    }
+
+    fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
+        Box::pin(async move {
+            let source = format!("stdin:{}", cx.name());
+            read_signals(tokio::io::stdin(), NdjsonDecoder::new(source), &cx).await?;
+            Ok(())
+        })
+    }
+}
+
+/// Reads NDJSON to the end; `Ok(false)` when stopped early (shutdown or graph gone).
+async fn read_signals(
+    mut input: impl AsyncRead + Unpin,
+    mut decoder: NdjsonDecoder,
+    cx: &SourceContext,
+) -> Result<bool, ComponentError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut out = Vec::new();
+    loop {
+        let n = tokio::select! {
+            n = input.read(&mut buf) => n?,
+            () = cx.shutdown().wait() => return Ok(false),
+        };
+        if n == 0 {
+            decoder.finish(&mut out);
+        } else {
+            decoder.feed(&buf[..n], &mut out);
+        }
+        for decoded in out.drain(..) {
+            if cx.emit_decoded(decoded).await.is_err() {
+                return Ok(false);
+            }
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+async fn replay_scenario(
+    file: tokio::fs::File,
+    source: &str,
+    speed: f64,
+    cx: &SourceContext,
+) -> Result<bool, ComponentError> {
+    let mut lines = BufReader::new(file).lines();
+    let mut normalizer = Normalizer::new(source);
+    let start = now_ms();
+    let mut timeline = 0i64;
+    while let Some(line) = lines.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let decoded = match serde_json::from_str::<Value>(&line) {
+            Ok(Value::Object(obj)) if is_scenario_line(&obj) => {
+                let delay = obj.get("delayMs").and_then(Value::as_f64).unwrap_or(0.0).max(0.0);
+                let wait = delay * speed;
+                if wait > 0.0 {
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)) => {}
+                        () = cx.shutdown().wait() => return Ok(false),
+                    }
+                }
+                timeline += delay as i64;
+                let mut signal = normalizer.from_value(obj.get("signal").cloned().unwrap_or(Value::Null));
+                signal.timestamp = start + timeline;
+                Decoded::Signal(signal)
+            }
+            Ok(_) => Decoded::BadInput(normalizer.bad_input(
+                &line,
+                "not a scenario line: expected {\"delayMs\": N, \"signal\": {…}}",
+            )),
+            Err(e) => Decoded::BadInput(normalizer.bad_input(&line, &format!("not JSON: {e}"))),
+        };
+        if cx.emit_decoded(decoded).await.is_err() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,254 @@
+//! The interfaces of sources and outputs, and what the runtime hands them.
+//!
+//! A component is built from its options when the config loads (no I/O then, so that
+//! `patchbay validate` starts nothing), and runs as one tokio task once the graph starts.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use patchbay_signal::normalize::Decoded;
+use patchbay_signal::{SharedSignal, Signal};
+use tokio::sync::{mpsc, watch};
+
+use crate::queue::SignalQueue;
+use crate::telemetry::{ComponentStats, HealthState, Telemetry};
+
+/// A boxed, sendable future: what `run` returns.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The error a component's task ends with.
+pub type ComponentError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A source: produces signals into the graph until its input ends or shutdown.
+pub trait Source: Send {
+    /// Whether the source ends on its own (a file, stdin). `patchbay run` exits when every
+    /// source has ended and the graph has drained.
+    fn is_finite(&self) -> bool {
+        false
+    }
+
+    /// Runs the source. Returning `Ok` means the input ended.
+    fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>>;
+}
+
+/// An output: consumes its queue until it is closed and empty.
+pub trait Output: Send {
+    /// Runs the output. For outputs that talk both ways, what they receive goes into
+    /// [`OutputContext::inbound`].
+    fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>>;
+}
+
+/// What moves from sources to the graph task.
+#[derive(Debug)]
+pub(crate) enum Event {
+    Signal(usize, SharedSignal),
+    Ended(usize),
+}
+
+/// Tells components to stop.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    rx: watch::Receiver<bool>,
+}
+
+impl Shutdown {
+    pub(crate) fn new() -> (watch::Sender<bool>, Shutdown) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Shutdown { rx })
+    }
+
+    /// A handle that never fires (for tests and one-shot tools).
+    pub fn never() -> Shutdown {
+        let (tx, rx) = watch::channel(false);
+        // Keep the sender alive forever so `wait` never resolves.
+        std::mem::forget(tx);
+        Shutdown { rx }
+    }
+
+    /// Whether shutdown has been requested.
+    pub fn is_requested(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// Resolves when shutdown is requested.
+    pub async fn wait(&self) {
+        let mut rx = self.rx.clone();
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The graph is gone (shutting down): stop producing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the graph is shutting down")]
+pub struct Closed;
+
+/// What a running source gets: a way to emit signals, its counters and health, and the
+/// shutdown signal.
+#[derive(Debug, Clone)]
+pub struct SourceContext {
+    node: usize,
+    name: String,
+    tx: mpsc::Sender<Event>,
+    stats: Arc<ComponentStats>,
+    shutdown: Shutdown,
+}
+
+impl SourceContext {
+    pub(crate) fn new(
+        node: usize,
+        name: String,
+        tx: mpsc::Sender<Event>,
+        stats: Arc<ComponentStats>,
+        shutdown: Shutdown,
+    ) -> Self {
+        SourceContext {
+            node,
+            name,
+            tx,
+            stats,
+            shutdown,
+        }
+    }
+
+    /// The source's name in the config (`pads`, `ui.inbound`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Emits a signal, waiting while the graph's inbound queue is full (back-pressure on
+    /// the peer).
+    pub async fn emit(&self, signal: Signal) -> Result<(), Closed> {
+        self.emit_shared(Arc::new(signal)).await
+    }
+
+    /// Emits an already shared signal.
+    pub async fn emit_shared(&self, signal: SharedSignal) -> Result<(), Closed> {
+        ComponentStats::add(&self.stats.received, 1);
+        self.tx
+            .send(Event::Signal(self.node, signal))
+            .await
+            .map_err(|_| Closed)?;
+        ComponentStats::add(&self.stats.sent, 1);
+        Ok(())
+    }
+
+    /// Emits without waiting, for producers that must never block (a MIDI callback):
+    /// when the graph's queue is full the signal is dropped and counted. Returns whether it
+    /// was queued.
+    pub fn try_emit(&self, signal: Signal) -> bool {
+        ComponentStats::add(&self.stats.received, 1);
+        match self.tx.try_send(Event::Signal(self.node, Arc::new(signal))) {
+            Ok(()) => {
+                ComponentStats::add(&self.stats.sent, 1);
+                true
+            }
+            Err(_) => {
+                ComponentStats::add(&self.stats.dropped, 1);
+                false
+            }
+        }
+    }
+
+    /// Emits a decoder's outcome, counting bad input (whose `error` signal is emitted too).
+    pub async fn emit_decoded(&self, decoded: Decoded) -> Result<(), Closed> {
+        match decoded {
+            Decoded::Signal(s) => self.emit(s).await,
+            Decoded::BadInput(s) => {
+                let reason = s
+                    .payload
+                    .get("message")
+                    .and_then(|m| m.as_str())
+                    .unwrap_or("bad input")
+                    .to_owned();
+                self.stats.bad_input(reason);
+                self.emit(s).await
+            }
+        }
+    }
+
+    /// The source's counters and health.
+    pub fn stats(&self) -> &Arc<ComponentStats> {
+        &self.stats
+    }
+
+    /// Sets the health state.
+    pub fn set_state(&self, state: HealthState, detail: Option<String>) {
+        self.stats.set_state(state, detail);
+    }
+
+    /// The shutdown signal.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+}
+
+/// What a running output gets.
+#[derive(Debug)]
+pub struct OutputContext {
+    pub(crate) name: String,
+    pub(crate) queue: Arc<SignalQueue>,
+    pub(crate) stats: Arc<ComponentStats>,
+    pub(crate) inbound: Option<SourceContext>,
+    pub(crate) telemetry: Arc<Telemetry>,
+    pub(crate) shutdown: Shutdown,
+}
+
+impl OutputContext {
+    /// The output's name in the config.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The next signal to deliver; `None` when the graph has ended and the queue is empty.
+    pub async fn next(&self) -> Option<SharedSignal> {
+        let s = self.queue.pop().await?;
+        ComponentStats::add(&self.stats.received, 1);
+        Some(s)
+    }
+
+    /// Counts a delivered signal.
+    pub fn delivered(&self, n: u64) {
+        ComponentStats::add(&self.stats.sent, n);
+    }
+
+    /// Counts a refused signal (a type this output cannot send) and records why.
+    pub fn refused(&self, reason: impl std::fmt::Display) {
+        self.stats.bad_input(reason);
+    }
+
+    /// The queue the graph fills.
+    pub fn queue(&self) -> &Arc<SignalQueue> {
+        &self.queue
+    }
+
+    /// The output's counters and health.
+    pub fn stats(&self) -> &Arc<ComponentStats> {
+        &self.stats
+    }
+
+    /// Sets the health state.
+    pub fn set_state(&self, state: HealthState, detail: Option<String>) {
+        self.stats.set_state(state, detail);
+    }
+
+    /// For outputs that talk both ways: the `NAME.inbound` source their peers' messages
+    /// enter the graph from.
+    pub fn inbound(&self) -> Option<&SourceContext> {
+        self.inbound.as_ref()
+    }
+
+    /// Every component of the graph (for `/health` and `/metrics`).
+    pub fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.telemetry
+    }
+
+    /// The shutdown signal.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+}

@@ -1,0 +1,10 @@
+//! Config files: TOML with `[sources.NAME]`, `[filters.NAME]`, `[outputs.NAME]`.
+
+mod diagnostic;
+mod env;
+mod options;
+
+pub use diagnostic::{Diagnostic, Location, SourceText, did_you_mean, suggestion};
+pub(crate) use env::substitute_tree as env_substitute;
+pub use env::Secrets;
+pub use options::Options;

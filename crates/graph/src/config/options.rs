@@ -1,0 +1,163 @@
+//! A component's options, deserialized with exact error locations.
+
+use std::ops::Range;
+
+use serde::de::DeserializeOwned;
+use toml::Spanned;
+use toml::de::DeValue;
+
+use super::diagnostic::{Diagnostic, SourceText, suggestion};
+use super::env::Secrets;
+
+/// The options table of one component (its `type`, `inputs` and the runtime's common keys
+/// already taken out), ready to be deserialized into the component's config struct.
+///
+/// Config structs use `#[serde(deny_unknown_fields)]`; errors point at the offending key
+/// or value as `FILE:LINE:COL`, suggest the closest known key on a typo, and never show an
+/// `${ENV}` value.
+pub struct Options<'a> {
+    file: &'a SourceText,
+    secrets: &'a Secrets,
+    name: String,
+    value: Spanned<DeValue<'a>>,
+}
+
+impl<'a> Options<'a> {
+    pub(crate) fn new(
+        file: &'a SourceText,
+        secrets: &'a Secrets,
+        name: String,
+        value: Spanned<DeValue<'a>>,
+    ) -> Self {
+        Options {
+            file,
+            secrets,
+            name,
+            value,
+        }
+    }
+
+    /// Options parsed from a TOML snippet, for tests of component configs.
+    pub fn parse_snippet<T: DeserializeOwned>(toml_text: &str) -> Result<T, Diagnostic> {
+        let file = SourceText::new("<snippet>", toml_text);
+        let secrets = Secrets::default();
+        let table = toml::de::DeTable::parse(&file.text)
+            .map_err(|e| file.error(e.span().unwrap_or(0..0), e.message()))?;
+        let span = table.span();
+        let options = Options::new(
+            &file,
+            &secrets,
+            "snippet".into(),
+            Spanned::new(span, DeValue::Table(table.into_inner())),
+        );
+        options.parse()
+    }
+
+    /// The component's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deserializes the options into `T`.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Diagnostic> {
+        let de = toml::de::ValueDeserializer::from(self.value.clone());
+        T::deserialize(de).map_err(|e| {
+            let span = e.span().unwrap_or_else(|| self.value.span());
+            self.error_span(span, improve(e.message()))
+        })
+    }
+
+    /// Whether a key is present.
+    pub fn has(&self, key: &str) -> bool {
+        self.find(key).is_some()
+    }
+
+    /// An error located at the value of `key` (a dotted path into nested tables), or at
+    /// the component when the key is absent.
+    pub fn error_at(&self, key: &str, message: impl AsRef<str>) -> Diagnostic {
+        let span = self.find(key).map(|v| v.span()).unwrap_or_else(|| self.value.span());
+        self.error_span(span, message.as_ref().to_owned())
+    }
+
+    /// An error located at the component.
+    pub fn error(&self, message: impl AsRef<str>) -> Diagnostic {
+        self.error_span(self.value.span(), message.as_ref().to_owned())
+    }
+
+    fn error_span(&self, span: Range<usize>, message: String) -> Diagnostic {
+        self.file.error(
+            span,
+            format!("{}: {}", self.name, self.secrets.scrub(&message)),
+        )
+    }
+
+    fn find(&self, key: &str) -> Option<&Spanned<DeValue<'a>>> {
+        let mut current = &self.value;
+        for part in key.split('.') {
+            current = match current.get_ref() {
+                DeValue::Table(t) => t.get(part)?,
+                DeValue::Array(a) => a.get(part.parse::<usize>().ok()?)?,
+                _ => return None,
+            };
+        }
+        Some(current)
+    }
+}
+
+/// Adds "did you mean" to serde's unknown-field and unknown-variant messages.
+fn improve(message: &str) -> String {
+    let message = message.trim_end();
+    let (Some(rest), true) = (
+        message
+            .strip_prefix("unknown field `")
+            .or_else(|| message.strip_prefix("unknown variant `")),
+        message.contains("expected"),
+    ) else {
+        return message.to_owned();
+    };
+    let Some(end) = rest.find('`') else {
+        return message.to_owned();
+    };
+    let name = &rest[..end];
+    let candidates: Vec<&str> = rest[end + 1..]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .collect();
+    format!("{message}{}", suggestion(name, candidates))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Demo {
+        interval_ms: u64,
+        #[serde(default)]
+        emit: Option<String>,
+    }
+
+    #[test]
+    fn unknown_field_suggests() {
+        let err = Options::parse_snippet::<Demo>("interval_ms = 5\nintervl_ms = 3\n").unwrap_err();
+        assert_eq!(err.line, 2);
+        assert_eq!(err.col, 1);
+        assert!(err.message.contains("did you mean `interval_ms`"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_points_at_value() {
+        let err = Options::parse_snippet::<Demo>("interval_ms = \"x\"\n").unwrap_err();
+        assert_eq!((err.line, err.col), (1, 15));
+    }
+
+    #[test]
+    fn missing_field() {
+        let err = Options::parse_snippet::<Demo>("emit = \"both\"\n").unwrap_err();
+        assert!(err.message.contains("missing field `interval_ms`"), "{err}");
+    }
+}

@@ -1,0 +1,239 @@
+//! The synchronous core of the runtime: moves one signal at a time through the filters.
+//!
+//! The engine owns every filter's state and its clock. It does no I/O and knows no
+//! tokio: the async runtime feeds it, `patchbay test` drives it with virtual time, and the
+//! benchmarks measure it directly. Signals are `Arc`s: a signal that fans out to several
+//! branches is shared, never copied.
+
+use std::sync::Arc;
+
+use patchbay_signal::SharedSignal;
+
+use crate::compile::{Node, NodeKind};
+use crate::filter::{ClockKind, Emit, Filter, Port};
+use crate::telemetry::ComponentStats;
+
+struct FilterState {
+    filter: Box<dyn Filter>,
+    clock: Option<ClockKind>,
+    now: i64,
+}
+
+enum Slot {
+    Producer,
+    Filter(FilterState),
+    Output,
+}
+
+/// Receives what reaches outputs: `(output node index, signal)`.
+pub type Sink<'a> = dyn FnMut(usize, SharedSignal) + 'a;
+
+/// The graph's filters and wiring, ready to move signals.
+pub struct Engine {
+    slots: Vec<Slot>,
+    /// `consumers[node][port]`: the nodes fed by that port (port 0 main, 1 dropped).
+    consumers: Vec<[Vec<usize>; 2]>,
+    /// Edges from producers that have not ended yet, per node.
+    live_inputs: Vec<usize>,
+    ended: Vec<bool>,
+    stats: Vec<Arc<ComponentStats>>,
+    taps: Vec<(usize, Port, Vec<SharedSignal>)>,
+    spare: Vec<Emit>,
+}
+
+fn port_index(port: Port) -> usize {
+    match port {
+        Port::Main => 0,
+        Port::Dropped => 1,
+    }
+}
+
+impl Engine {
+    /// Builds the engine for a graph's nodes, with one stats handle per node.
+    pub fn new(nodes: &[Node], stats: Vec<Arc<ComponentStats>>) -> Engine {
+        let mut consumers = vec![[Vec::new(), Vec::new()]; nodes.len()];
+        let mut live_inputs = vec![0; nodes.len()];
+        for (i, node) in nodes.iter().enumerate() {
+            for e in &node.inputs {
+                consumers[e.from][port_index(e.port)].push(i);
+                live_inputs[i] += 1;
+            }
+        }
+        let slots = nodes
+            .iter()
+            .map(|n| match &n.kind {
+                NodeKind::Source(_) | NodeKind::Inbound { .. } => Slot::Producer,
+                NodeKind::Filter(spec) => Slot::Filter(FilterState {
+                    filter: spec.instantiate(),
+                    clock: spec.clock,
+                    now: i64::MIN,
+                }),
+                NodeKind::Output { .. } => Slot::Output,
+            })
+            .collect();
+        Engine {
+            slots,
+            consumers,
+            live_inputs,
+            ended: vec![false; nodes.len()],
+            stats,
+            taps: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Records every signal leaving `node` by `port` (for `patchbay test`); returns the
+    /// tap's index for [`Engine::tapped`].
+    pub fn tap(&mut self, node: usize, port: Port) -> usize {
+        self.taps.push((node, port, Vec::new()));
+        self.taps.len() - 1
+    }
+
+    /// What a tap recorded.
+    pub fn tapped(&self, tap: usize) -> &[SharedSignal] {
+        self.taps.get(tap).map(|t| t.2.as_slice()).unwrap_or(&[])
+    }
+
+    /// A signal produced by a source (or inbound side) `node`, at wall time `wall_now`.
+    pub fn push(&mut self, node: usize, signal: SharedSignal, wall_now: i64, sink: &mut Sink<'_>) {
+        self.deliver(node, Port::Main, signal, wall_now, sink);
+    }
+
+    /// Inserts a signal: as the input of a filter, or as the output of any other node.
+    pub fn inject(&mut self, node: usize, signal: SharedSignal, wall_now: i64, sink: &mut Sink<'_>) {
+        if matches!(self.slots.get(node), Some(Slot::Filter(_))) {
+            self.run_filter(node, signal, wall_now, sink);
+        } else {
+            self.deliver(node, Port::Main, signal, wall_now, sink);
+        }
+    }
+
+    /// The earliest due timer among wall-clock filters.
+    pub fn next_wall_due(&self) -> Option<i64> {
+        self.slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Filter(f) if f.clock == Some(ClockKind::Wall) => f.filter.next_due(),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Fires wall-clock timers due at or before `wall_now`.
+    pub fn fire_wall_timers(&mut self, wall_now: i64, sink: &mut Sink<'_>) {
+        // Emissions may arm timers downstream that are already due: loop until settled,
+        // bounded by the number of filters.
+        for _ in 0..=self.slots.len() {
+            let mut fired = false;
+            for i in 0..self.slots.len() {
+                let due = match &self.slots[i] {
+                    Slot::Filter(f) if f.clock == Some(ClockKind::Wall) => f.filter.next_due(),
+                    _ => None,
+                };
+                if due.is_some_and(|d| d <= wall_now) {
+                    fired = true;
+                    let mut emit = self.spare.pop().unwrap_or_default();
+                    if let Slot::Filter(f) = &mut self.slots[i] {
+                        f.now = f.now.max(wall_now);
+                        f.filter.on_timer(f.now, &mut emit);
+                    }
+                    self.route(i, &mut emit, wall_now, sink);
+                    self.spare.push(emit);
+                }
+            }
+            if !fired {
+                break;
+            }
+        }
+    }
+
+    /// A producer ended: filters whose every input has ended are flushed (their trailing
+    /// signals emitted in order) and end in turn.
+    pub fn end(&mut self, node: usize, wall_now: i64, sink: &mut Sink<'_>) {
+        if self.ended.get(node).copied().unwrap_or(true) {
+            return;
+        }
+        self.ended[node] = true;
+        if let Slot::Filter(_) = &self.slots[node] {
+            let mut emit = self.spare.pop().unwrap_or_default();
+            if let Slot::Filter(f) = &mut self.slots[node] {
+                f.filter.flush(&mut emit);
+            }
+            self.route(node, &mut emit, wall_now, sink);
+            self.spare.push(emit);
+        }
+        let downstream: Vec<usize> = self.consumers[node].iter().flatten().copied().collect();
+        for d in downstream {
+            self.live_inputs[d] = self.live_inputs[d].saturating_sub(1);
+            if self.live_inputs[d] == 0 && matches!(self.slots[d], Slot::Filter(_)) {
+                self.end(d, wall_now, sink);
+            }
+        }
+    }
+
+    /// Ends every producer: everything held by filters is flushed.
+    pub fn end_all(&mut self, wall_now: i64, sink: &mut Sink<'_>) {
+        for i in 0..self.slots.len() {
+            if matches!(self.slots[i], Slot::Producer) {
+                self.end(i, wall_now, sink);
+            }
+        }
+        // Filters without any input (impossible after compile) or left over.
+        for i in 0..self.slots.len() {
+            if matches!(self.slots[i], Slot::Filter(_)) {
+                self.end(i, wall_now, sink);
+            }
+        }
+    }
+
+    fn deliver(&mut self, from: usize, port: Port, signal: SharedSignal, wall_now: i64, sink: &mut Sink<'_>) {
+        for tap in self.taps.iter_mut() {
+            if tap.0 == from && tap.1 == port {
+                tap.2.push(Arc::clone(&signal));
+            }
+        }
+        let p = port_index(port);
+        let n = self.consumers[from][p].len();
+        for k in 0..n {
+            let target = self.consumers[from][p][k];
+            let s = Arc::clone(&signal);
+            match self.slots[target] {
+                Slot::Filter(_) => self.run_filter(target, s, wall_now, sink),
+                Slot::Output => sink(target, s),
+                Slot::Producer => {}
+            }
+        }
+    }
+
+    fn run_filter(&mut self, node: usize, signal: SharedSignal, wall_now: i64, sink: &mut Sink<'_>) {
+        ComponentStats::add(&self.stats[node].received, 1);
+        let mut emit = self.spare.pop().unwrap_or_default();
+        if let Slot::Filter(f) = &mut self.slots[node] {
+            let now = match f.clock {
+                Some(ClockKind::Event) => f.now.max(signal.timestamp),
+                _ => f.now.max(wall_now),
+            };
+            f.now = now;
+            if f.filter.next_due().is_some_and(|due| due <= now) {
+                f.filter.on_timer(now, &mut emit);
+            }
+            f.filter.on_signal(signal, now, &mut emit);
+        }
+        self.route(node, &mut emit, wall_now, sink);
+        self.spare.push(emit);
+    }
+
+    fn route(&mut self, node: usize, emit: &mut Emit, wall_now: i64, sink: &mut Sink<'_>) {
+        if emit.is_empty() {
+            return;
+        }
+        for (port, s) in emit.drain() {
+            let stats = &self.stats[node];
+            match port {
+                Port::Main => ComponentStats::add(&stats.sent, 1),
+                Port::Dropped => ComponentStats::add(&stats.dropped, 1),
+            }
+            self.deliver(node, port, s, wall_now, sink);
+        }
+    }
+}

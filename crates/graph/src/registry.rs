@@ -1,0 +1,82 @@
+//! Which component types exist: the CLI registers the built-in filters and every adapter.
+
+use std::collections::BTreeMap;
+
+use crate::component::{Output, Source};
+use crate::config::{Diagnostic, Options};
+use crate::filter::FilterSpec;
+use crate::queue::WhenFull;
+
+/// Builds a source from its options (no I/O: building happens at validation too).
+pub type SourceBuilder = fn(&Options<'_>) -> Result<Box<dyn Source>, Diagnostic>;
+/// Builds a filter spec from its options.
+pub type FilterBuilder = fn(&Options<'_>) -> Result<FilterSpec, Diagnostic>;
+/// Builds an output from its options (no I/O).
+pub type OutputBuilder = fn(&Options<'_>) -> Result<Box<dyn Output>, Diagnostic>;
+
+/// An output type.
+#[derive(Clone, Copy)]
+pub struct OutputKind {
+    /// Builds it.
+    pub build: OutputBuilder,
+    /// Whether it talks both ways: what it receives comes out of `NAME.inbound`.
+    pub inbound: bool,
+    /// Its queue's default overflow decision.
+    pub when_full: WhenFull,
+}
+
+/// The component types a config may use.
+#[derive(Default, Clone)]
+pub struct Registry {
+    sources: BTreeMap<&'static str, SourceBuilder>,
+    filters: BTreeMap<&'static str, FilterBuilder>,
+    outputs: BTreeMap<&'static str, OutputKind>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a source type.
+    pub fn source(&mut self, type_name: &'static str, build: SourceBuilder) -> &mut Self {
+        self.sources.insert(type_name, build);
+        self
+    }
+
+    /// Registers a filter type.
+    pub fn filter(&mut self, type_name: &'static str, build: FilterBuilder) -> &mut Self {
+        self.filters.insert(type_name, build);
+        self
+    }
+
+    /// Registers an output type.
+    pub fn output(&mut self, type_name: &'static str, kind: OutputKind) -> &mut Self {
+        self.outputs.insert(type_name, kind);
+        self
+    }
+
+    pub(crate) fn source_builder(&self, t: &str) -> Option<SourceBuilder> {
+        self.sources.get(t).copied()
+    }
+    pub(crate) fn filter_builder(&self, t: &str) -> Option<FilterBuilder> {
+        self.filters.get(t).copied()
+    }
+    pub(crate) fn output_kind(&self, t: &str) -> Option<OutputKind> {
+        self.outputs.get(t).copied()
+    }
+
+    /// Registered source type names.
+    pub fn source_types(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.sources.keys().copied()
+    }
+    /// Registered filter type names.
+    pub fn filter_types(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.filters.keys().copied()
+    }
+    /// Registered output type names.
+    pub fn output_types(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.outputs.keys().copied()
+    }
+}

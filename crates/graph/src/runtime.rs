@@ -1,0 +1,265 @@
+//! The async runtime: sources and outputs as tokio tasks around the [`Engine`].
+//!
+//! Sources send into one bounded queue (a full queue makes them wait: back-pressure);
+//! one task runs the engine; each output has its own bounded queue with its configured
+//! overflow decision, so a slow output only ever affects itself unless it is configured
+//! to `block`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use patchbay_signal::{SharedSignal, now_ms};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::compile::{Graph, NodeKind};
+use crate::component::{Event, OutputContext, Shutdown, SourceContext};
+use crate::engine::Engine;
+use crate::queue::{Pushed, SignalQueue};
+use crate::telemetry::{ComponentStats, HealthState, Role, Telemetry};
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunReport {
+    /// Every component's final counters and health.
+    pub telemetry: Arc<Telemetry>,
+    /// Whether the drain on shutdown finished within `shutdown_timeout_ms`.
+    pub drained: bool,
+}
+
+/// Builds the telemetry for a graph's nodes (one stats handle per node, in node order).
+pub fn telemetry_for(graph: &Graph) -> (Telemetry, Vec<Arc<ComponentStats>>) {
+    let mut telemetry = Telemetry::default();
+    let stats = graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let role = match n.kind {
+                NodeKind::Source(_) | NodeKind::Inbound { .. } => Role::Source,
+                NodeKind::Filter(_) => Role::Filter,
+                NodeKind::Output { .. } => Role::Output,
+            };
+            telemetry.register(ComponentStats::new(&n.name, &n.type_name, role))
+        })
+        .collect();
+    (telemetry, stats)
+}
+
+/// Runs a graph until every source has ended (then drains and returns), or until
+/// `stop` resolves (then stops the sources and drains for at most
+/// `runtime.shutdown_timeout_ms`).
+pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
+    let (telemetry, stats) = telemetry_for(&graph);
+    let telemetry = Arc::new(telemetry);
+    let mut engine = Engine::new(&graph.nodes, stats.clone());
+    let (shutdown_tx, shutdown) = Shutdown::new();
+    let (tx, mut rx) = mpsc::channel::<Event>(graph.runtime.queue.max(1));
+    let timeout = Duration::from_millis(graph.runtime.shutdown_timeout_ms);
+
+    let mut queues: Vec<Option<Arc<SignalQueue>>> = vec![None; graph.nodes.len()];
+    let mut inbound_of: Vec<Option<usize>> = vec![None; graph.nodes.len()];
+    let mut sources_left = 0usize;
+    let mut has_endless = false;
+    for (i, node) in graph.nodes.iter().enumerate() {
+        match &node.kind {
+            NodeKind::Output {
+                when_full, queue, ..
+            } => queues[i] = Some(Arc::new(SignalQueue::new(*queue, *when_full))),
+            NodeKind::Inbound { output } => {
+                inbound_of[*output] = Some(i);
+                has_endless = true;
+            }
+            NodeKind::Source(s) => {
+                sources_left += 1;
+                has_endless |= !s.is_finite();
+            }
+            NodeKind::Filter(_) => {}
+        }
+    }
+
+    let mut sources = JoinSet::new();
+    let mut outputs = JoinSet::new();
+    for (i, node) in graph.nodes.into_iter().enumerate() {
+        let name = node.name;
+        match node.kind {
+            NodeKind::Source(source) => {
+                let cx = SourceContext::new(i, name, tx.clone(), Arc::clone(&stats[i]), shutdown.clone());
+                let tx = tx.clone();
+                let st = Arc::clone(&stats[i]);
+                sources.spawn(async move {
+                    st.set_state(HealthState::Ok, None);
+                    match source.run(cx).await {
+                        Ok(()) => st.set_state(HealthState::Stopped, None),
+                        Err(e) => {
+                            st.record_error(&e);
+                            st.set_state(HealthState::Failed, None);
+                        }
+                    }
+                    let _ = tx.send(Event::Ended(i)).await;
+                });
+            }
+            NodeKind::Output { output, .. } => {
+                let inbound = inbound_of[i].map(|n| {
+                    stats[n].set_state(HealthState::Ok, None);
+                    SourceContext::new(
+                        n,
+                        graph_name_inbound(&name),
+                        tx.clone(),
+                        Arc::clone(&stats[n]),
+                        shutdown.clone(),
+                    )
+                });
+                let Some(queue) = queues[i].clone() else {
+                    continue;
+                };
+                let cx = OutputContext {
+                    name,
+                    queue,
+                    stats: Arc::clone(&stats[i]),
+                    inbound,
+                    telemetry: Arc::clone(&telemetry),
+                    shutdown: shutdown.clone(),
+                };
+                let st = Arc::clone(&stats[i]);
+                let inbound_stats = inbound_of[i].map(|n| Arc::clone(&stats[n]));
+                outputs.spawn(async move {
+                    st.set_state(HealthState::Ok, None);
+                    match output.run(cx).await {
+                        Ok(()) => st.set_state(HealthState::Stopped, None),
+                        Err(e) => {
+                            st.record_error(&e);
+                            st.set_state(HealthState::Failed, None);
+                        }
+                    }
+                    if let Some(s) = inbound_stats {
+                        s.set_state(HealthState::Stopped, None);
+                    }
+                });
+            }
+            NodeKind::Filter(_) => stats[i].set_state(HealthState::Ok, None),
+            NodeKind::Inbound { .. } => {}
+        }
+    }
+    drop(tx);
+
+    let mut pending: Vec<(usize, SharedSignal)> = Vec::new();
+    let deliver = |pending: &mut Vec<(usize, SharedSignal)>| {
+        let queues = &queues;
+        let stats = &stats;
+        let items: Vec<(usize, SharedSignal)> = std::mem::take(pending);
+        async move {
+            for (node, signal) in items {
+                let Some(q) = &queues[node] else { continue };
+                match q.push(signal).await {
+                    Pushed::Queued => {}
+                    Pushed::DroppedOldest(_) | Pushed::DroppedNewest | Pushed::Closed => {
+                        ComponentStats::add(&stats[node].dropped, 1)
+                    }
+                }
+            }
+        }
+    };
+
+    let stop = std::pin::pin!(stop);
+    let mut stop = stop;
+    let mut stopping: Option<tokio::time::Instant> = None;
+    let finite = !has_endless;
+    if finite && sources_left == 0 {
+        // Nothing can ever arrive.
+    } else {
+        loop {
+            let due = engine.next_wall_due();
+            let timer = async {
+                match due {
+                    Some(d) => {
+                        let wait = (d - now_ms()).max(0) as u64;
+                        tokio::time::sleep(Duration::from_millis(wait)).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let deadline = async {
+                match stopping {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = rx.recv() => match event {
+                    Some(Event::Signal(node, signal)) => {
+                        engine.push(node, signal, now_ms(), &mut |o, s| pending.push((o, s)));
+                    }
+                    Some(Event::Ended(node)) => {
+                        engine.end(node, now_ms(), &mut |o, s| pending.push((o, s)));
+                        sources_left = sources_left.saturating_sub(1);
+                        if sources_left == 0 && (finite || stopping.is_some()) {
+                            deliver(&mut pending).await;
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+                () = timer => engine.fire_wall_timers(now_ms(), &mut |o, s| pending.push((o, s))),
+                () = &mut stop, if stopping.is_none() => {
+                    tracing::info!("shutting down: stopping sources, draining");
+                    let _ = shutdown_tx.send(true);
+                    stopping = Some(tokio::time::Instant::now() + timeout);
+                    if sources_left == 0 {
+                        break;
+                    }
+                }
+                () = deadline => break,
+            }
+            match stopping {
+                Some(at) => {
+                    let _ = tokio::time::timeout_at(at, deliver(&mut pending)).await;
+                }
+                None => deliver(&mut pending).await,
+            }
+        }
+    }
+
+    // Flush what filters hold, then let outputs drain.
+    let _ = shutdown_tx.send(true);
+    engine.end_all(now_ms(), &mut |o, s| pending.push((o, s)));
+    let drain_deadline = tokio::time::Instant::now() + timeout;
+    let flushed = match stopping {
+        Some(_) => tokio::time::timeout_at(drain_deadline, deliver(&mut pending))
+            .await
+            .is_ok(),
+        None => {
+            deliver(&mut pending).await;
+            true
+        }
+    };
+    for q in queues.iter().flatten() {
+        q.close();
+    }
+    sources.abort_all();
+    let drained = match stopping {
+        Some(_) => tokio::time::timeout_at(drain_deadline, async {
+            while outputs.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok(),
+        None => {
+            while outputs.join_next().await.is_some() {}
+            true
+        }
+    };
+    outputs.abort_all();
+    for c in telemetry.components() {
+        if c.state() == HealthState::Ok {
+            c.set_state(HealthState::Stopped, None);
+        }
+    }
+    RunReport {
+        telemetry,
+        drained: drained && flushed,
+    }
+}
+
+fn graph_name_inbound(output: &str) -> String {
+    format!("{output}.inbound")
+}

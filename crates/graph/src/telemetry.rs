@@ -1,0 +1,251 @@
+//! Per-component counters and health, read by `/health`, `/metrics` and the status page.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+/// A component's health state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthState {
+    /// Not running yet, or connecting for the first time.
+    Starting,
+    /// Working.
+    Ok,
+    /// Lost its peer or device, trying again.
+    Recovering,
+    /// Gave up (a wrong token, attempts exhausted); needs the user.
+    Failed,
+    /// Finished or shut down.
+    Stopped,
+}
+
+/// What kind of node a component is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// A source (including an output's `.inbound` side).
+    Source,
+    /// A filter.
+    Filter,
+    /// An output.
+    Output,
+}
+
+#[derive(Debug, Clone)]
+struct Health {
+    state: HealthState,
+    detail: Option<String>,
+    last_error: Option<String>,
+}
+
+/// Counters and health of one component. Counters are monotonic.
+#[derive(Debug)]
+pub struct ComponentStats {
+    name: String,
+    type_name: String,
+    role: Role,
+    /// Signals that came in (read from a peer, or delivered to a filter/output).
+    pub received: AtomicU64,
+    /// Signals passed on (into the graph, out of a filter, written by an output).
+    pub sent: AtomicU64,
+    /// Signals dropped by a decision (a full queue, a filter's drop).
+    pub dropped: AtomicU64,
+    /// Unusable input (malformed frames, bad lines, refused signals).
+    pub bad_input: AtomicU64,
+    health: Mutex<Health>,
+    gauges: Mutex<BTreeMap<String, f64>>,
+}
+
+/// A snapshot of one component, as `/health` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ComponentSnapshot {
+    /// Component name (`ui`, `ui.inbound`, `tokens`).
+    pub name: String,
+    /// Component type (`sidecar`, `throttle`, …).
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// Source, filter or output.
+    pub role: Role,
+    /// Health state.
+    pub state: HealthState,
+    /// What it is doing (`retrying in 4 s`), if anything worth saying.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The last error, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Signals in.
+    pub received: u64,
+    /// Signals out.
+    pub sent: u64,
+    /// Signals dropped.
+    pub dropped: u64,
+    /// Bad input.
+    pub bad_input: u64,
+    /// Component-specific gauges (`clients`, `lagged_clients`, …).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub gauges: BTreeMap<String, f64>,
+}
+
+impl ComponentStats {
+    /// Stats for a new component, in state `starting`.
+    pub fn new(name: impl Into<String>, type_name: impl Into<String>, role: Role) -> Self {
+        ComponentStats {
+            name: name.into(),
+            type_name: type_name.into(),
+            role,
+            received: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            bad_input: AtomicU64::new(0),
+            health: Mutex::new(Health {
+                state: HealthState::Starting,
+                detail: None,
+                last_error: None,
+            }),
+            gauges: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The component's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Adds to a counter.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Sets the health state, with an optional detail (replacing the previous one).
+    pub fn set_state(&self, state: HealthState, detail: Option<String>) {
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        if h.state != state {
+            tracing::debug!(component = %self.name, ?state, "health");
+        }
+        h.state = state;
+        h.detail = detail;
+    }
+
+    /// Records an error (kept as `last_error`) without changing the state.
+    pub fn record_error(&self, error: impl std::fmt::Display) {
+        let message = error.to_string();
+        tracing::warn!(component = %self.name, "{message}");
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error = Some(message);
+    }
+
+    /// Counts one bad input and records why.
+    pub fn bad_input(&self, error: impl std::fmt::Display) {
+        Self::add(&self.bad_input, 1);
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error = Some(error.to_string());
+    }
+
+    /// The current health state.
+    pub fn state(&self) -> HealthState {
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).state
+    }
+
+    /// Sets a component-specific gauge.
+    pub fn set_gauge(&self, name: &str, value: f64) {
+        self.gauges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), value);
+    }
+
+    /// A consistent-enough snapshot (each counter read once).
+    pub fn snapshot(&self) -> ComponentSnapshot {
+        let h = self.health.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ComponentSnapshot {
+            name: self.name.clone(),
+            type_name: self.type_name.clone(),
+            role: self.role,
+            state: h.state,
+            detail: h.detail,
+            last_error: h.last_error,
+            received: self.received.load(Ordering::Relaxed),
+            sent: self.sent.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            bad_input: self.bad_input.load(Ordering::Relaxed),
+            gauges: self.gauges.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        }
+    }
+}
+
+/// Every component of a running graph.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    components: Vec<Arc<ComponentStats>>,
+}
+
+impl Telemetry {
+    /// Registers a component and returns its stats handle.
+    pub fn register(&mut self, stats: ComponentStats) -> Arc<ComponentStats> {
+        let stats = Arc::new(stats);
+        self.components.push(Arc::clone(&stats));
+        stats
+    }
+
+    /// All components, in graph order.
+    pub fn components(&self) -> &[Arc<ComponentStats>] {
+        &self.components
+    }
+
+    /// Snapshots of all components.
+    pub fn snapshot(&self) -> Vec<ComponentSnapshot> {
+        self.components.iter().map(|c| c.snapshot()).collect()
+    }
+
+    /// The components in Prometheus text exposition format.
+    pub fn prometheus(&self) -> String {
+        use std::fmt::Write;
+        let snaps = self.snapshot();
+        let mut out = String::new();
+        let counters: [(&str, &str, fn(&ComponentSnapshot) -> u64); 4] = [
+            ("patchbay_received_total", "Signals received by a component.", |s| s.received),
+            ("patchbay_sent_total", "Signals passed on by a component.", |s| s.sent),
+            ("patchbay_dropped_total", "Signals dropped by a component's configured decision.", |s| s.dropped),
+            ("patchbay_bad_input_total", "Unusable inputs reported by a component.", |s| s.bad_input),
+        ];
+        for (metric, help, get) in counters {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
+            for s in &snaps {
+                let _ = writeln!(
+                    out,
+                    "{metric}{{component=\"{}\",type=\"{}\"}} {}",
+                    escape(&s.name),
+                    escape(&s.type_name),
+                    get(s)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP patchbay_up Component health: 1 when ok, 0 otherwise.\n# TYPE patchbay_up gauge"
+        );
+        for s in &snaps {
+            let up = u8::from(s.state == HealthState::Ok);
+            let _ = writeln!(out, "patchbay_up{{component=\"{}\"}} {up}", escape(&s.name));
+        }
+        let mut gauges: BTreeMap<&str, Vec<(&str, f64)>> = BTreeMap::new();
+        for s in &snaps {
+            for (g, v) in &s.gauges {
+                gauges.entry(g).or_default().push((&s.name, *v));
+            }
+        }
+        for (g, values) in gauges {
+            let _ = writeln!(out, "# TYPE patchbay_{g} gauge");
+            for (name, v) in values {
+                let _ = writeln!(out, "patchbay_{g}{{component=\"{}\"}} {v}", escape(name));
+            }
+        }
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
