@@ -1,1 +1,124 @@
-//! The midi adapter (in progress).
+//! The MIDI adapter: the pure part (no ports, no midir).
+//!
+//! - [`MidiDecoder`] turns MIDI bytes into `midi.*` signals, either as a continuous byte
+//!   stream ([`MidiDecoder::feed_at`], running status across calls) or as whole messages
+//!   the way midir delivers them ([`MidiDecoder::decode_message`]).
+//! - [`parse_decoder`] reads the text format of `patchbay parse --protocol midi`: one
+//!   message per line as hex bytes (`90 3c 64`).
+//! - [`encode`] turns a `midi.*` signal back into bytes (controller LEDs, motorized faders).
+//! - [`learn_block`] writes the `[filters.<name>]` TOML block mapping a pad or knob to a
+//!   control signal.
+//! - [`PortMatcher`] selects ports by exact name or regex, leaving patchbay's own ports out.
+//!
+//! # Signals
+//!
+//! Channel messages (payload `port` is always the port name; `channel` is 1-16):
+//!
+//! | bytes            | type                     | payload                          |
+//! |------------------|--------------------------|----------------------------------|
+//! | `8n kk vv`       | `midi.note_off`          | `channel, note, velocity, port`  |
+//! | `9n kk vv`       | `midi.note_on`           | `channel, note, velocity, port`  |
+//! | `9n kk 00`       | `midi.note_off`          | same, `velocity: 0`, and `metadata.noteOnZero: true` |
+//! | `An kk vv`       | `midi.aftertouch`        | `channel, note, value, port`     |
+//! | `Bn cc vv`       | `midi.control_change`    | `channel, controller, value, port` |
+//! | `Cn pp`          | `midi.program_change`    | `channel, program, port` (0-127) |
+//! | `Dn vv`          | `midi.channel_pressure`  | `channel, value, port`           |
+//! | `En ll mm`       | `midi.pitch_bend`        | `channel, value, port` (−8192..8191, center 0) |
+//!
+//! System messages are dropped unless [`DecoderConfig::system`] is set; then each gets its
+//! own type, with payload `{hex, port}` (`hex` = the message's bytes as lowercase hex
+//! separated by spaces) plus the decoded field where there is one:
+//! `midi.sysex` (`F0 … F7`), `midi.mtc_quarter_frame` (`F1`, `value`),
+//! `midi.song_position` (`F2`, `value` in MIDI beats, 0-16383), `midi.song_select`
+//! (`F3`, `song`), `midi.tune_request` (`F6`), `midi.clock` (`F8`), `midi.start` (`FA`),
+//! `midi.continue` (`FB`), `midi.stop` (`FC`), `midi.active_sensing` (`FE`), `midi.reset`
+//! (`FF`), and `midi.system` for the undefined status bytes `F4`, `F5`, `F9`, `FD`.
+
+mod decode;
+mod encode;
+mod learn;
+mod parse;
+mod port;
+
+pub use decode::{ConfigError, DecoderConfig, MAX_SYSEX, MidiDecoder};
+pub use encode::{EncodeError, encode};
+pub use learn::{LearnError, learn_block};
+pub use parse::{HexLineDecoder, HexLineError, PARSE_PORT, parse_decoder, parse_hex_line};
+pub use port::{PortMatcher, PortPatternError};
+
+/// The `midi.*` signal type names.
+pub mod types {
+    /// `9n kk vv` with `vv > 0`.
+    pub const NOTE_ON: &str = "midi.note_on";
+    /// `8n kk vv`, and `9n kk 00`.
+    pub const NOTE_OFF: &str = "midi.note_off";
+    /// `Bn cc vv`.
+    pub const CONTROL_CHANGE: &str = "midi.control_change";
+    /// `Cn pp`.
+    pub const PROGRAM_CHANGE: &str = "midi.program_change";
+    /// `En ll mm`, value −8192..8191.
+    pub const PITCH_BEND: &str = "midi.pitch_bend";
+    /// Polyphonic key pressure, `An kk vv`.
+    pub const AFTERTOUCH: &str = "midi.aftertouch";
+    /// `Dn vv`.
+    pub const CHANNEL_PRESSURE: &str = "midi.channel_pressure";
+    /// System exclusive, `F0 … F7`.
+    pub const SYSEX: &str = "midi.sysex";
+    /// MIDI time code quarter frame, `F1 dd`.
+    pub const MTC_QUARTER_FRAME: &str = "midi.mtc_quarter_frame";
+    /// Song position pointer, `F2 ll mm`.
+    pub const SONG_POSITION: &str = "midi.song_position";
+    /// Song select, `F3 ss`.
+    pub const SONG_SELECT: &str = "midi.song_select";
+    /// Tune request, `F6`.
+    pub const TUNE_REQUEST: &str = "midi.tune_request";
+    /// Timing clock, `F8` (24 per quarter note).
+    pub const CLOCK: &str = "midi.clock";
+    /// `FA`.
+    pub const START: &str = "midi.start";
+    /// `FB`.
+    pub const CONTINUE: &str = "midi.continue";
+    /// `FC`.
+    pub const STOP: &str = "midi.stop";
+    /// `FE`.
+    pub const ACTIVE_SENSING: &str = "midi.active_sensing";
+    /// `FF`.
+    pub const RESET: &str = "midi.reset";
+    /// An undefined system status byte (`F4`, `F5`, `F9`, `FD`).
+    pub const SYSTEM: &str = "midi.system";
+
+    /// The channel message types (the ones [`encode`](crate::encode) accepts).
+    pub const CHANNEL: [&str; 7] = [
+        NOTE_ON,
+        NOTE_OFF,
+        CONTROL_CHANGE,
+        PROGRAM_CHANGE,
+        PITCH_BEND,
+        AFTERTOUCH,
+        CHANNEL_PRESSURE,
+    ];
+}
+
+/// Bytes as lowercase hex pairs separated by spaces (`90 3c 64`): the same text
+/// `patchbay parse --protocol midi` reads back.
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 3);
+    for (i, byte) in bytes.iter().enumerate() {
+        if i > 0 {
+            text.push(' ');
+        }
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hex_is_spaced_lowercase() {
+        assert_eq!(super::to_hex(&[0x90, 0x3c, 0x0a, 0xff]), "90 3c 0a ff");
+        assert_eq!(super::to_hex(&[]), "");
+    }
+}

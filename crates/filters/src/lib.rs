@@ -1,0 +1,1 @@
+//! patchbay's built-in filters (in progress).
