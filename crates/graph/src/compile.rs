@@ -27,6 +27,26 @@ pub struct Graph {
     pub tests: Vec<TestCase>,
 }
 
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("nodes", &self.nodes)
+            .field("runtime", &self.runtime)
+            .field("tests", &self.tests.len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.name)
+            .field("type", &self.type_name)
+            .field("inputs", &self.inputs)
+            .finish()
+    }
+}
+
 /// One node of the graph.
 pub struct Node {
     /// Its name (`pads`, `ui.inbound`, `tokens`, `ui`).
@@ -426,21 +446,33 @@ pub fn compile_with_env(
         }
     }
 
-    // Node order: sources, inbound sides, filters, outputs.
+    // Node order: sources, the inbound sides of two-way outputs, filters, outputs.
     let rank = |b: &Built| match b.kind {
         NodeKind::Source(_) => 0,
-        NodeKind::Filter(_) => 2,
-        _ => 3,
+        NodeKind::Filter(_) => 1,
+        _ => 2,
     };
     built.sort_by_key(|b| (rank(b), b.decl));
-    let mut nodes: Vec<Node> = Vec::new();
-    let mut pending_inputs: Vec<Vec<(Spanned<String>, usize)>> = Vec::new();
-    let mut outputs_with_inbound = Vec::new();
-    for b in built {
+    let sources = built.iter().filter(|b| rank(b) == 0).count();
+    let inbound_count = built.iter().filter(|b| b.inbound).count();
+    let filters = built.iter().filter(|b| rank(b) == 1).count();
+    let first_output = sources + inbound_count + filters;
+    let mut nodes: Vec<Node> = Vec::with_capacity(built.len() + inbound_count);
+    let mut pending: Vec<Vec<(Spanned<String>, usize)>> = Vec::new();
+    let mut inbound_nodes: Vec<Node> = Vec::new();
+    for (position, b) in built.into_iter().enumerate() {
         let d = &decls[b.decl];
         let location = files[d.file].location(d.name_span.start);
         if b.inbound {
-            outputs_with_inbound.push(nodes.len());
+            // Outputs come last, so this output's index is known now.
+            let output = first_output + (position - sources - filters);
+            inbound_nodes.push(Node {
+                name: format!("{}.inbound", d.name),
+                type_name: "inbound".into(),
+                kind: NodeKind::Inbound { output },
+                inputs: Vec::new(),
+                location: location.clone(),
+            });
         }
         nodes.push(Node {
             name: d.name.clone(),
@@ -449,44 +481,14 @@ pub fn compile_with_env(
             inputs: Vec::new(),
             location,
         });
-        pending_inputs.push(b.inputs);
+        pending.push(b.inputs);
     }
-    for out in outputs_with_inbound {
-        let name = format!("{}.inbound", nodes[out].name);
-        let location = nodes[out].location.clone();
-        nodes.push(Node {
-            name,
-            type_name: "inbound".into(),
-            kind: NodeKind::Inbound { output: out },
-            inputs: Vec::new(),
-            location,
-        });
-        pending_inputs.push(Vec::new());
-    }
-    // Keep producers before consumers: move inbound nodes ahead of filters and outputs.
-    let mut order: Vec<usize> = (0..nodes.len()).collect();
-    order.sort_by_key(|&i| match nodes[i].kind {
-        NodeKind::Source(_) | NodeKind::Inbound { .. } => 0,
-        NodeKind::Filter(_) => 1,
-        NodeKind::Output { .. } => 2,
-    });
-    let mut position = vec![0; nodes.len()];
-    for (new, &old) in order.iter().enumerate() {
-        position[old] = new;
-    }
-    let mut slots: Vec<Option<(Node, Vec<(Spanned<String>, usize)>)>> =
-        nodes.into_iter().zip(pending_inputs).map(Some).collect();
-    let mut nodes = Vec::with_capacity(slots.len());
-    let mut pending = Vec::with_capacity(slots.len());
-    for &old in &order {
-        if let Some((mut n, p)) = slots[old].take() {
-            if let NodeKind::Inbound { output } = &mut n.kind {
-                *output = position[*output];
-            }
-            nodes.push(n);
-            pending.push(p);
-        }
-    }
+    let tail = pending.split_off(sources);
+    pending.extend(inbound_nodes.iter().map(|_| Vec::new()));
+    pending.extend(tail);
+    let tail = nodes.split_off(sources);
+    nodes.extend(inbound_nodes);
+    nodes.extend(tail);
 
     // Resolve inputs.
     let by_name: BTreeMap<String, usize> = nodes
@@ -686,16 +688,16 @@ fn resolve(
             }]),
         };
     }
-    if let Some(filter) = input.strip_suffix(".dropped") {
-        if let Some(&i) = by_name.get(filter) {
-            return match nodes[i].kind {
-                NodeKind::Filter(_) => Ok(vec![Edge {
-                    from: i,
-                    port: Port::Dropped,
-                }]),
-                _ => Err(format!("`{filter}` is not a filter, so it has no `.dropped` output")),
-            };
-        }
+    if let Some(filter) = input.strip_suffix(".dropped")
+        && let Some(&i) = by_name.get(filter)
+    {
+        return match nodes[i].kind {
+            NodeKind::Filter(_) => Ok(vec![Edge {
+                from: i,
+                port: Port::Dropped,
+            }]),
+            _ => Err(format!("`{filter}` is not a filter, so it has no `.dropped` output")),
+        };
     }
     let mut candidates: Vec<String> = Vec::new();
     for n in nodes.iter().filter(|n| n.kind.produces()) {

@@ -204,7 +204,8 @@ impl Telemetry {
         use std::fmt::Write;
         let snaps = self.snapshot();
         let mut out = String::new();
-        let counters: [(&str, &str, fn(&ComponentSnapshot) -> u64); 4] = [
+        type Counter = (&'static str, &'static str, fn(&ComponentSnapshot) -> u64);
+        let counters: [Counter; 4] = [
             ("patchbay_received_total", "Signals received by a component.", |s| s.received),
             ("patchbay_sent_total", "Signals passed on by a component.", |s| s.sent),
             ("patchbay_dropped_total", "Signals dropped by a component's configured decision.", |s| s.dropped),

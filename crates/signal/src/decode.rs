@@ -49,11 +49,9 @@ impl LineSplitter {
             self.emit(&mut line);
         }
         self.pending.extend_from_slice(rest);
-        if let Some(max) = self.max_line {
-            if self.pending.len() > max {
-                // Keep reading past it but report it once, as cut.
-                self.emit(&mut line);
-            }
+        if self.max_line.is_some_and(|max| self.pending.len() > max) {
+            // Keep reading past it but report it once, as cut.
+            self.emit(&mut line);
         }
     }
 

@@ -74,7 +74,7 @@ macro_rules! payload {
             $(
                 $(#[$fdoc])*
                 #[serde(rename = $json)]
-                #[serde(default, skip_serializing_if = "is_absent")]
+                #[serde(skip_serializing_if = "is_absent")]
                 pub $field: $ty,
             )*
         }
@@ -103,16 +103,6 @@ impl Absent for AgentState {}
 impl Absent for Severity {}
 fn is_absent<T: Absent>(v: &T) -> bool {
     v.absent()
-}
-impl Default for AgentState {
-    fn default() -> Self {
-        AgentState::Idle
-    }
-}
-impl Default for Severity {
-    fn default() -> Self {
-        Severity::Error
-    }
 }
 
 payload!(
@@ -457,15 +447,10 @@ pub fn check(kind: &str, payload: &Object) -> Result<(), Invalid> {
             Some(_) => {}
         }
     }
-    if payload.len() > fields.len() || payload.keys().any(|k| !fields.iter().any(|f| f.name == k)) {
-        let extra = payload
-            .keys()
-            .find(|k| !fields.iter().any(|f| f.name == *k))
-            .cloned()
-            .unwrap_or_default();
-        return Err(Invalid::Unknown(extra));
+    match payload.keys().find(|k| !fields.iter().any(|f| f.name == *k)) {
+        Some(extra) => Err(Invalid::Unknown(extra.clone())),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Checks a whole signal: its payload against its type.
@@ -497,16 +482,17 @@ pub fn repair(signal: &mut Signal) -> bool {
             Some(f) => f.required || fits(f.kind, &signal.payload[&key]),
             None => false,
         };
-        if !keep {
-            if let Some(v) = signal.payload.remove(&key) {
-                extra.insert(key, v);
-            }
+        if !keep && let Some(v) = signal.payload.remove(&key) {
+            extra.insert(key, v);
         }
     }
-    if fields.iter().any(|f| f.name == "taskId") && !signal.payload.contains_key("taskId") {
-        if let Some(c) = &signal.correlation_id {
-            signal.payload.insert("taskId".into(), Value::String(c.clone()));
-        }
+    if fields.iter().any(|f| f.name == "taskId")
+        && !signal.payload.contains_key("taskId")
+        && let Some(c) = &signal.correlation_id
+    {
+        signal
+            .payload
+            .insert("taskId".into(), Value::String(c.clone()));
     }
     if fields.iter().any(|f| f.name == "agentId" && f.required)
         && !signal.payload.contains_key("agentId")
