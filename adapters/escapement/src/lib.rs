@@ -1,1 +1,67 @@
-//! The escapement adapter (in progress).
+//! The Escapement adapter: the pure part (no sockets).
+//!
+//! Escapement agents speak JSON frames over a WebSocket, one object per frame, routed on
+//! their top-level `kind` (spec: `escapement-opentui-wire-schema.txt`):
+//!
+//! - [`EscapementDecoder`] turns the frames an agent sends (`event`, `phase`, `prompt`,
+//!   `debug`, `control`) into signals; [`SeqDedupe`] drops frames replayed after a
+//!   reconnect.
+//! - [`encode_control`] turns `control.*` signals into the frames an agent accepts
+//!   (`{"kind":"control","op":…}`, `{"kind":"answer",…}`).
+//! - [`ui_frame_to_signal`] is the reverse: a frame a UI sends (the sidecar back-channel)
+//!   becomes the `control.*` signal it means.
+//! - [`parse_decoder`] reads captures for `patchbay parse --protocol escapement`.
+//!
+//! # Signals
+//!
+//! `event` frames (`{"kind":"event","seq","ts","event","data"}`); `agentId` is
+//! `data.invokeid` (the decoder's source when absent) and `correlationId` is
+//! `data.session-id`, as an opaque string:
+//!
+//! | event                     | signal                                                     |
+//! |---------------------------|------------------------------------------------------------|
+//! | `llm/delta` `text-delta`  | `text_delta {agentId, content: text}` (a delta without `type` is text) |
+//! | `llm/delta` `thinking-delta` | `thinking {agentId, content: text}`                     |
+//! | `llm/start`               | `agent_state_change {agentId, from: idle, to: thinking}`   |
+//! | `llm/response`            | `token_usage` (when `usage` has a count) then `completion {taskId: session-id, success, result: stop-reason}` |
+//! | `llm/tool-result`         | `tool_result {toolName: tool, success: !is-error, output: {content-preview}}` |
+//! | `llm/error`               | `error {code: "llm/error", severity: error}`               |
+//! | `llm/model-down`          | `error {code: "llm/model-down"}`, `warning` while `remaining > 0` |
+//! | anything else             | the event name as the type, `data` as the payload          |
+//!
+//! `completion.success` is false for the stop reasons `max_tokens` and `refusal`. Its
+//! `taskId` is the `session-id`, else the `invokeid`, else the source. A `token_usage`
+//! lacking one of the two counts has it as 0 and names it in `metadata.missing`; a
+//! response without any count gives no `token_usage` (never a fake 0/0).
+//!
+//! Other frames: `phase`, `prompt`, `debug` → `escapement.phase`, `escapement.prompt`,
+//! `escapement.debug` with the frame (minus `kind`, `seq`, `ts`) as payload; `control`
+//! frames an agent sends (`run-finished`) → `escapement.<op>` with `-` turned into `_`
+//! (`escapement.run_finished`), never `control.*`, which would loop back to agents; an
+//! `answer` frame found in a capture → `escapement.answer`; an unknown kind →
+//! `escapement.<kind>`. A frame without `kind` but with an `event` (a raw transcript
+//! line) is an event frame.
+//!
+//! Metadata: `seq` (the frame's), `extra` (the `data` fields a well-known payload has no
+//! room for, e.g. `model`), and any other top-level frame key under its own name
+//! (`transcript/node-id`). The frame `ts` is the timestamp (else the recorded `t`, else
+//! now).
+
+#![warn(missing_docs)]
+
+mod decode;
+mod encode;
+mod ui;
+
+pub use decode::{EscapementDecoder, EscapementStream, SeqDedupe};
+pub use encode::{EncodeError, encode_control};
+pub use ui::{UiFrameError, ui_frame_to_signal};
+
+use patchbay_signal::decode::StreamDecoder;
+
+/// The decoder `patchbay parse --protocol escapement` drives: NDJSON, one frame per line,
+/// bare or recorded (`{"t","dir","frame"}`, only `dir: "in"` lines are decoded). Frames
+/// whose `seq` was already seen are dropped, as after a reconnect.
+pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
+    Box::new(EscapementStream::new(source))
+}

@@ -1,1 +1,41 @@
-//! The jte adapter (in progress).
+//! The JSON terminal escapes adapter (OSC 23198 program→terminal, 23199
+//! terminal→program): any CLI agent can emit signals with one `printf`.
+//!
+//! `patchbay wrap --protocol jte -- COMMAND…` runs a program in a pseudo-terminal, passes
+//! its output through to the user's terminal with the escapes removed, and turns each
+//! command into a signal; `control.*` signals go back to the program as OSC 23199
+//! commands on its input.
+//!
+//! - [`parser`]: the streaming byte parser ([`JteParser`]): output bytes in, passthrough
+//!   bytes and decoded escapes out, split anywhere.
+//! - [`signals`]: commands → signals ([`command_signal`], [`JteDecoder`]).
+//! - [`encode`]: control signals → OSC 23199 bytes ([`encode_control`]).
+//!
+//! Everything here is pure: no I/O.
+//!
+//! ```
+//! use patchbay_jte::JteParser;
+//! let mut parser = JteParser::new();
+//! let out = parser.feed(b"hi \x1b]23198;0;{\"command\":\"text_delta\",\"data\":{\"content\":\"x\"}}\x07there");
+//! assert_eq!(out.passthrough, b"hi there");
+//! assert_eq!(out.events.len(), 1);
+//! ```
+
+pub mod encode;
+pub mod parser;
+pub mod signals;
+
+use patchbay_signal::decode::StreamDecoder;
+
+pub use encode::{EncodeError, control_command_name, encode_control, encode_escape};
+pub use parser::{
+    DEFAULT_MAX_PAYLOAD, JteCommand, JteError, JteErrorKind, JteEvent, JteOutput, JteParser,
+    OSC_TO_PROGRAM, OSC_TO_TERMINAL,
+};
+pub use signals::{JteDecoder, JteSignals, command_signal};
+
+/// The decoder `patchbay parse --protocol jte` drives: raw terminal output bytes in,
+/// signals out (the passthrough output is dropped).
+pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
+    Box::new(JteDecoder::new(source))
+}

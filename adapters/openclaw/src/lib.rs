@@ -1,1 +1,84 @@
-//! The openclaw adapter (in progress).
+//! The OpenClaw gateway adapter: the pure part (no sockets).
+//!
+//! The gateway speaks JSON frames over a WebSocket: `req` (`{type, id, method, params}`),
+//! `res` (`{type, id, ok, payload | error}`) and `event` (`{type, event, payload, seq}`).
+//!
+//! - [`Handshake`] is the connection handshake as a state machine: it answers the
+//!   `connect.challenge` with the `connect` request ([`connect_frame`]) and reports
+//!   `hello-ok` or a classified [`ConnectFailure`] (auth failures are not retryable).
+//! - [`PendingRequests`] tracks RPCs, which may answer twice with the same id
+//!   (`accepted`, then the final answer).
+//! - [`OpenClawDecoder`] turns frames into signals and remembers the runs it saw
+//!   ([`RunTracker`]).
+//! - [`encode_control`] turns `control.interrupt`/`control.cancel` into `chat.abort` and
+//!   `control.answer` into `exec.approval.resolve`.
+//! - [`parse_decoder`] reads captures for `patchbay parse --protocol openclaw`.
+//!
+//! A transport: open the socket, feed every frame to [`Handshake::on_frame`] and send
+//! what it says until `Connected`; then feed frames to [`OpenClawDecoder::decode_frame`]
+//! (and `res` frames to [`PendingRequests::on_response`]); on `Failed`, reconnect only if
+//! [`ConnectFailure::retryable`].
+//!
+//! # Signals
+//!
+//! `agent` events (`payload {runId, stream, data, sessionKey, agentId, seq, ts}`):
+//!
+//! | stream / phase            | signal                                                     |
+//! |---------------------------|------------------------------------------------------------|
+//! | `lifecycle` `start`       | `agent_state_change idle→acting`                           |
+//! | `lifecycle` `end`         | `completion {taskId: runId, success: !aborted, result: stopReason}` |
+//! | `lifecycle` `error`       | `error {code: "lifecycle_error", message: data.error}`    |
+//! | `lifecycle` other         | `openclaw.lifecycle` (`data` as payload)                   |
+//! | `assistant` / `thinking`  | `text_delta` / `thinking` with the `delta`; a frame with an empty `delta` but a `text` gives what that text adds to the text streamed so far |
+//! | `tool` `start`            | `tool_call {toolName: name, callId: toolCallId, input: args}` |
+//! | `tool` `update`           | `openclaw.tool_update`                                      |
+//! | `tool` `result`           | `tool_result {toolName, callId, success: !isError, output: result}` |
+//! | `usage`                   | `token_usage` when it has a token count (the missing one is 0, named in `metadata.missing`), else `openclaw.usage` |
+//! | other stream `S`          | `openclaw.S` (`openclaw.run_status`, `openclaw.item`, …)    |
+//!
+//! Other events: `chat` → `openclaw.chat`, passed through (it repeats the `agent`
+//! streams: decoding both would double every token); `exec.approval.requested` →
+//! `agent_state_change acting→waiting` plus `openclaw.exec.approval.requested` (the
+//! approval, `metadata.promptId` = its id); `exec.approval.resolved` →
+//! `agent_state_change waiting→acting` plus the event; `heartbeat`, `cron`, `tick`,
+//! `presence`, `health` → `openclaw.<event>` with `metadata.internal = true`; any other
+//! event `E` → `openclaw.E`, its payload kept.
+//!
+//! Envelope: `correlationId` = `runId`; timestamp = `payload.ts` (else the recorded `t`,
+//! else now); `metadata.seq` = the frame `seq` (per connection), `metadata.runSeq` = the
+//! payload `seq` (per run); `channel`, `channelLabel`, `label`, `sessionKey`,
+//! `sessionId`, `lane` are copied to metadata; `metadata.stream` names the agent stream;
+//! data fields a well-known payload has no room for go to `metadata.extra`, other
+//! payload fields (session snapshots) to `metadata.frame`; an agent event with
+//! `isHeartbeat: true` is `metadata.internal`. The cumulative `text` of assistant frames
+//! is not repeated (it is the sum of the deltas).
+//!
+//! `agentId` is the payload's `agentId`, else the agent of the session key
+//! (`agent:<id>:…`), else the session key, else the decoder's source.
+//!
+//! Handshake and RPC frames: the challenge gives nothing; `hello-ok` gives
+//! `openclaw.connected {protocol, server, policy}`; a refused request gives `error
+//! {code: error.details.code | error.code, message}` (the error in `metadata.error`);
+//! other answers give nothing (a `runId` they name is remembered); a `req` frame in a
+//! capture gives `openclaw.request` with its `auth` values redacted.
+
+#![warn(missing_docs)]
+
+mod decode;
+mod encode;
+mod handshake;
+
+pub use decode::{OpenClawDecoder, OpenClawStream, RunRef, RunTracker};
+pub use encode::{EncodeError, OutgoingRequest, encode_control, encode_control_with_id};
+pub use handshake::{
+    ConnectConfig, ConnectFailure, FailureKind, Handshake, HandshakeState, HandshakeStep, Hello,
+    PendingRequests, RpcOutcome, connect_frame, is_challenge,
+};
+
+use patchbay_signal::decode::StreamDecoder;
+
+/// The decoder `patchbay parse --protocol openclaw` drives: NDJSON, one frame per line,
+/// bare or recorded (`{"t","dir","frame"}`; only `dir: "in"` lines are decoded).
+pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
+    Box::new(OpenClawStream::new(source))
+}
