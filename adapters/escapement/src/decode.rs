@@ -260,7 +260,9 @@ impl FrameMeta {
     fn apply(&self, mut signal: Signal) -> Signal {
         signal.timestamp = self.timestamp;
         if let Some(seq) = &self.seq {
-            signal.metadata_mut().insert("seq".into(), seq.clone());
+            signal
+                .metadata_mut()
+                .insert("upstreamSeq".into(), seq.clone());
         }
         for (k, v) in &self.stray {
             signal

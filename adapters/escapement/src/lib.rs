@@ -42,7 +42,7 @@
 //! `escapement.<kind>`. A frame without `kind` but with an `event` (a raw transcript
 //! line) is an event frame.
 //!
-//! Metadata: `seq` (the frame's), `extra` (the `data` fields a well-known payload has no
+//! Metadata: `upstreamSeq` (the frame's `seq`; `seq` is left to the sidecar, which numbers what it sends), `extra` (the `data` fields a well-known payload has no
 //! room for, e.g. `model`), and any other top-level frame key under its own name
 //! (`transcript/node-id`). The frame `ts` is the timestamp (else the recorded `t`, else
 //! now).

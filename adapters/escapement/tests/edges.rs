@@ -34,7 +34,11 @@ fn frames_seen_before_a_reconnect_are_dropped() {
     for seq in 0..5 {
         d.decode_frame(event("runner/tick", json!({"n": seq})), None, &mut out);
         let last = out.last().unwrap().clone().into_signal();
-        assert_eq!(last.meta("seq").unwrap(), &json!(1), "event() uses seq 1");
+        assert_eq!(
+            last.meta("upstreamSeq").unwrap(),
+            &json!(1),
+            "event() uses seq 1"
+        );
     }
     // Only the first seq 1 passed.
     assert_eq!(out.len(), 1);
@@ -54,7 +58,7 @@ fn frames_seen_before_a_reconnect_are_dropped() {
         .map(|d| {
             d.clone()
                 .into_signal()
-                .meta("seq")
+                .meta("upstreamSeq")
                 .unwrap()
                 .as_u64()
                 .unwrap()
@@ -83,7 +87,7 @@ fn a_raw_transcript_line_without_kind_is_an_event() {
     assert_eq!(kinds(&out), ["agent_state_change"]);
     assert_eq!(out[0].meta("transcript/node-id").unwrap(), "n1");
     assert_eq!(out[0].meta("transcript/visit").unwrap(), 2);
-    assert_eq!(out[0].meta("seq").unwrap(), 4);
+    assert_eq!(out[0].meta("upstreamSeq").unwrap(), 4);
     assert_eq!(out[0].timestamp, 7);
 }
 
@@ -110,7 +114,7 @@ fn phase_prompt_debug_and_unknown_kinds() {
         Value::Object(out[0].payload.clone()),
         json!({"paused": true, "step-budget": 0})
     );
-    assert_eq!(out[0].meta("seq").unwrap(), 9);
+    assert_eq!(out[0].meta("upstreamSeq").unwrap(), 9);
     assert_eq!(out[0].timestamp, 5);
 
     let out = decode_one(
@@ -215,7 +219,7 @@ fn responses() {
     ));
     assert!(
         out.iter()
-            .all(|s| s.timestamp == 1000 && s.meta("seq") == Some(&json!(1)))
+            .all(|s| s.timestamp == 1000 && s.meta("upstreamSeq") == Some(&json!(1)))
     );
 }
 
@@ -259,7 +263,7 @@ fn odd_data_and_times() {
     assert!(out[0].timestamp > 1_600_000_000_000, "now");
     let out = decode_one(json!({"kind": "event", "seq": "7", "ts": 1, "event": "x/y"}));
     assert_eq!(
-        out[0].meta("seq").unwrap(),
+        out[0].meta("upstreamSeq").unwrap(),
         "7",
         "a non-numeric seq is kept, not deduped"
     );

@@ -58,7 +58,7 @@ fn haiku_sample_exact_sequence() {
     // Every event frame's seq and ts are carried over; seq 0..=55 in order.
     let seqs: Vec<u64> = out
         .iter()
-        .filter_map(|s| s.meta("seq").and_then(Value::as_u64))
+        .filter_map(|s| s.meta("upstreamSeq").and_then(Value::as_u64))
         .collect();
     let mut want: Vec<u64> = (0..=55).collect();
     // llm/response frames give two signals carrying the same seq.
@@ -122,7 +122,7 @@ fn haiku_sample_exact_sequence() {
         json!(["planning", "route-planner", "aborted"])
     );
     assert_eq!(phase.timestamp, 1780798850000);
-    assert!(phase.meta("seq").is_none());
+    assert!(phase.meta("upstreamSeq").is_none());
 
     // Two concurrent sessions.
     assert_eq!(
@@ -195,7 +195,7 @@ fn live_streaming_exact_sequence() {
     }
     assert_eq!(kinds(&out), expected);
     // Frames without seq have no metadata.seq and are never dropped.
-    assert!(out.iter().all(|s| s.meta("seq").is_none()));
+    assert!(out.iter().all(|s| s.meta("upstreamSeq").is_none()));
     // A delta without `type` is text.
     assert_eq!(out[2].payload["content"], "thinking");
     assert_eq!(out[2].payload["agentId"], "host");

@@ -270,7 +270,7 @@ impl OpenClawDecoder {
         };
         let mut metadata = Object::new();
         if let Some(seq) = frame.shift_remove("seq") {
-            metadata.insert("seq".into(), seq);
+            metadata.insert("upstreamSeq".into(), seq);
         }
         if let Some(seq) = payload.get("seq") {
             metadata.insert("runSeq".into(), seq.clone());

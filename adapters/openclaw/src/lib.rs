@@ -45,7 +45,7 @@
 //! event `E` → `openclaw.E`, its payload kept.
 //!
 //! Envelope: `correlationId` = `runId`; timestamp = `payload.ts` (else the recorded `t`,
-//! else now); `metadata.seq` = the frame `seq` (per connection), `metadata.runSeq` = the
+//! else now); `metadata.upstreamSeq` = the frame `seq` (per connection), `metadata.runSeq` = the
 //! payload `seq` (per run); `channel`, `channelLabel`, `label`, `sessionKey`,
 //! `sessionId`, `lane` are copied to metadata; `metadata.stream` names the agent stream;
 //! data fields a well-known payload has no room for go to `metadata.extra`, other

@@ -52,7 +52,7 @@ fn lifecycle() {
     );
     assert_eq!(out[0].correlation_id.as_deref(), Some("r1"));
     assert_eq!(out[0].timestamp, 1000);
-    assert_eq!(out[0].meta("seq").unwrap(), 40);
+    assert_eq!(out[0].meta("upstreamSeq").unwrap(), 40);
     assert_eq!(out[0].meta("runSeq").unwrap(), 3);
     let out = decode(&mut d, agent("lifecycle", json!({"phase": "end"})));
     assert_eq!(
@@ -280,7 +280,7 @@ fn chat_is_passed_through_not_decoded() {
     assert_eq!(kinds(&out), ["openclaw.chat"]);
     assert_eq!(out[0].payload["deltaText"], "hi");
     assert_eq!(out[0].correlation_id.as_deref(), Some("r1"));
-    assert_eq!(out[0].meta("seq").unwrap(), 9);
+    assert_eq!(out[0].meta("upstreamSeq").unwrap(), 9);
     assert_eq!(out[0].meta("runSeq").unwrap(), 2);
     assert_eq!(out[0].timestamp, 5, "no payload.ts: the recorded time");
 }
@@ -305,7 +305,7 @@ fn approvals_put_the_agent_in_waiting() {
         "the approval itself is kept"
     );
     assert_eq!(out[1].meta("promptId").unwrap(), "ap-1");
-    assert!(out.iter().all(|s| s.meta("seq") == Some(&json!(3))));
+    assert!(out.iter().all(|s| s.meta("upstreamSeq") == Some(&json!(3))));
 
     let out = decode(
         &mut d,

@@ -59,7 +59,7 @@ fn hello_min3_max4_connects_then_internal_events() {
     for s in &out[1..] {
         assert_eq!(s.meta("internal").unwrap(), true);
     }
-    assert_eq!(out[1].meta("seq").unwrap(), 1);
+    assert_eq!(out[1].meta("upstreamSeq").unwrap(), 1);
     assert_eq!(
         out[1].meta("stateVersion").unwrap(),
         &json!({"presence": 1, "health": 3})
@@ -70,7 +70,7 @@ fn hello_min3_max4_connects_then_internal_events() {
         Value::Object(out[2].payload.clone()),
         json!({"ts": 1795304489808_i64})
     );
-    assert_eq!(out[2].meta("seq").unwrap(), 2);
+    assert_eq!(out[2].meta("upstreamSeq").unwrap(), 2);
 }
 
 #[test]
@@ -180,7 +180,7 @@ fn chat_send_with_a_tool_call_exact_sequence() {
     }
     // Frame seq (per connection) and payload seq (per run) both kept.
     let start = &out[7];
-    assert_eq!(start.meta("seq").unwrap(), 7);
+    assert_eq!(start.meta("upstreamSeq").unwrap(), 7);
     assert_eq!(start.meta("runSeq").unwrap(), 3);
     assert_eq!(
         Value::Object(start.payload.clone()),

@@ -64,7 +64,9 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let result = match cli.command.unwrap_or(Command::Run { configs: Vec::new() }) {
+    let result = match cli.command.unwrap_or(Command::Run {
+        configs: Vec::new(),
+    }) {
         Command::Run { configs } => commands::run(&configs),
         Command::Validate { configs } => commands::validate(&configs),
         Command::Parse { protocol, file } => parse::parse(&protocol, file.as_deref()),

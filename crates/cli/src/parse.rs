@@ -12,12 +12,26 @@ pub fn decoder(protocol: &str) -> Option<Box<dyn StreamDecoder>> {
     let source = format!("parse:{protocol}");
     Some(match protocol {
         "sajou" => Box::new(NdjsonDecoder::new(source)),
+        "openclaw" => patchbay_openclaw::parse_decoder(&source),
+        "escapement" => patchbay_escapement::parse_decoder(&source),
+        "codelia" => patchbay_codelia::parse_decoder(&source),
+        "palyra" => patchbay_palyra::parse_decoder(&source),
+        "jte" => patchbay_jte::parse_decoder(&source),
         "midi" => patchbay_midi::parse_decoder(&source),
         _ => return None,
     })
 }
 
-const PROTOCOLS: &[&str] = &["sajou", "midi"];
+/// Protocol names, for the error on an unknown one.
+const PROTOCOLS: &[&str] = &[
+    "sajou",
+    "openclaw",
+    "escapement",
+    "codelia",
+    "palyra",
+    "jte",
+    "midi",
+];
 
 pub fn parse(protocol: &str, file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let Some(mut decoder) = decoder(protocol) else {
@@ -27,9 +41,9 @@ pub fn parse(protocol: &str, file: Option<&Path>) -> anyhow::Result<ExitCode> {
         );
     };
     let mut input: Box<dyn Read> = match file {
-        Some(path) => Box::new(
-            std::fs::File::open(path).with_context(|| format!("{}", path.display()))?,
-        ),
+        Some(path) => {
+            Box::new(std::fs::File::open(path).with_context(|| format!("{}", path.display()))?)
+        }
         None => Box::new(std::io::stdin().lock()),
     };
     let stdout = std::io::stdout();

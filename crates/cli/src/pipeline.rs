@@ -17,7 +17,7 @@ format = "auto"
 /// Every component type patchbay knows.
 pub fn registry() -> Registry {
     let mut registry = Registry::new();
-    for (name, build) in Vec::<(&str, patchbay_graph::registry::FilterBuilder)>::new() { // TEMP
+    for (name, build) in patchbay_filters::builders() {
         registry.filter(name, build);
     }
     patchbay_ndjson::register(&mut registry);

@@ -1,1 +1,101 @@
-//! patchbay's built-in filters (in progress).
+//! patchbay's built-in filters: `throttle`, `sample`, `delta`, `when` and `map`.
+//!
+//! Each filter is a pure, synchronous state machine implementing
+//! [`patchbay_graph::Filter`]: the runtime owns the clock, fires timers through
+//! [`Filter::on_timer`](patchbay_graph::Filter::on_timer) before handing over a signal, and
+//! calls [`Filter::flush`](patchbay_graph::Filter::flush) at end of input. Nothing here
+//! reads a clock, sleeps or does I/O, so a recording replayed on the event clock always
+//! gives the same output.
+//!
+//! Config is checked at load: every option is deserialized into a documented config struct
+//! ([`ThrottleConfig`], [`SampleConfig`], [`DeltaConfig`], [`WhenConfig`], [`MapConfig`]);
+//! a bad value (an interval of 0, a ratio outside `0..=1`, a bad regex or jq expression, …)
+//! is reported at its `FILE:LINE:COL`.
+//!
+//! What a filter drops or replaces leaves by its `NAME.dropped` port
+//! ([`Emit::drop`](patchbay_graph::Emit::drop)); nothing a filter accepted is silently
+//! lost: held signals are emitted at end of input, on a `reset` signal and when their key is
+//! evicted by `max_keys`.
+
+#![warn(missing_docs)]
+
+pub mod condition;
+pub mod delta;
+pub mod jq;
+mod keyed;
+pub mod map;
+pub mod options;
+pub mod sample;
+pub mod throttle;
+pub mod when;
+
+#[cfg(test)]
+mod properties;
+#[cfg(test)]
+mod testing;
+
+use patchbay_graph::{Diagnostic, FilterSpec, Options};
+
+pub use condition::Condition;
+pub use delta::{Delta, DeltaConfig};
+pub use jq::JqExpr;
+pub use map::{Map, MapConfig, Mapping, ScaleConfig, ScaleFn};
+pub use options::{DotPath, Rate};
+pub use sample::{Sample, SampleConfig};
+pub use throttle::{EmitMode, Throttle, ThrottleConfig};
+pub use when::{When, WhenConfig};
+
+/// Builds a filter from its options table.
+pub type Builder = fn(&Options<'_>) -> Result<FilterSpec, Diagnostic>;
+
+/// The five built-in filters, by their `type` name.
+pub fn builders() -> Vec<(&'static str, Builder)> {
+    vec![
+        ("throttle", throttle::build),
+        ("sample", sample::build),
+        ("delta", delta::build),
+        ("when", when::build),
+        ("map", map::build),
+    ]
+}
+
+/// The `type` of the signal that clears the state of every keyed filter it goes through.
+pub const RESET: &str = "reset";
+
+/// A config error found after deserializing: a combination of options that does not make
+/// sense (both `interval_ms` and `rate`, neither, …).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ConfigError {
+    /// The offending key (a dotted path into the options), or `None` when the problem is
+    /// the filter as a whole (a required option missing).
+    pub key: Option<&'static str>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// An error about the value of `key`.
+    pub fn at(key: &'static str, message: impl Into<String>) -> Self {
+        ConfigError {
+            key: Some(key),
+            message: message.into(),
+        }
+    }
+
+    /// An error about the filter as a whole.
+    pub fn whole(message: impl Into<String>) -> Self {
+        ConfigError {
+            key: None,
+            message: message.into(),
+        }
+    }
+
+    /// The located diagnostic for these options.
+    pub fn locate(&self, options: &Options<'_>) -> Diagnostic {
+        match self.key {
+            Some(key) => options.error_at(key, &self.message),
+            None => options.error(&self.message),
+        }
+    }
+}

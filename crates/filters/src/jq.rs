@@ -1,0 +1,389 @@
+//! jq expressions (`when`'s `expr`, `map`'s `expr` and `when` guard), compiled at load with
+//! jaq and run on the signal envelope as JSON.
+//!
+//! The standard library of jq is available (jaq's core, std and JSON definitions) except
+//! `env` (environment variables hold secrets: an expression must not copy them into
+//! signals) and the `input`/`inputs` filters. `halt` does not stop patchbay: it is a runtime
+//! error like any other. An expression that never ends (`repeat(.)` without output,
+//! `def f: f; f`) cannot be interrupted: it is the config author's responsibility.
+
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use jaq_core::load::{Arena, File, Loader};
+use jaq_core::{Ctx, Vars};
+use jaq_json::{Num, Val};
+use patchbay_signal::Signal;
+use serde::Deserialize;
+use serde::de::{Deserializer, Error as _};
+use serde_json::{Number, Value};
+
+type Data = jaq_core::data::JustLut<Val>;
+
+/// Native jq filters left out: see the module documentation.
+const EXCLUDED: [&str; 3] = ["env", "input", "inputs"];
+
+/// Values nested deeper than this are refused when converting to and from JSON, so that a
+/// pathological output (`reduce range(1e6) as $i (0; [.])`) cannot overflow the stack.
+const MAX_DEPTH: usize = 128;
+
+/// A compiled jq expression.
+#[derive(Clone)]
+pub struct JqExpr {
+    code: String,
+    filter: Arc<jaq_core::Filter<Data>>,
+}
+
+impl fmt::Debug for JqExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JqExpr({:?})", self.code)
+    }
+}
+
+impl<'de> Deserialize<'de> for JqExpr {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let code = String::deserialize(deserializer)?;
+        JqExpr::compile(&code).map_err(D::Error::custom)
+    }
+}
+
+impl JqExpr {
+    /// Compiles `code`; the error says what is wrong and where (a 1-based character
+    /// position in the expression).
+    pub fn compile(code: &str) -> Result<JqExpr, String> {
+        let defs = jaq_core::defs()
+            .chain(jaq_std::defs())
+            .chain(jaq_json::defs());
+        let funs = jaq_core::funs::<Data>()
+            .chain(jaq_std::funs::<Data>())
+            .chain(jaq_json::funs::<Data>())
+            .filter(|(name, _, _)| !EXCLUDED.contains(name));
+        let arena = Arena::default();
+        let modules = Loader::new(defs)
+            .load(&arena, File { code, path: () })
+            .map_err(|errors| describe_load_errors(code, errors))?;
+        let filter = jaq_core::Compiler::default()
+            .with_funs(funs)
+            .compile(modules)
+            .map_err(describe_compile_errors)?;
+        Ok(JqExpr {
+            code: code.to_owned(),
+            filter: Arc::new(filter),
+        })
+    }
+
+    /// The expression as written.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    /// Whether the first output on `signal` is neither `false` nor `null`. No output, or a
+    /// runtime error before the first output, counts as false.
+    pub fn is_truthy(&self, signal: &Signal) -> bool {
+        let mut truthy = false;
+        self.run(signal, |output| {
+            truthy = matches!(output, Ok(v) if !matches!(v, Val::Null | Val::Bool(false)));
+            false
+        });
+        truthy
+    }
+
+    /// The outputs on `signal` as JSON, at most `max` of them; a runtime error ends the
+    /// list (jq stops at an uncaught error).
+    pub fn outputs(&self, signal: &Signal, max: usize) -> Vec<Result<Value, String>> {
+        let mut outputs = Vec::new();
+        self.run(signal, |output| {
+            let converted = output.and_then(|v| val_to_json(&v, 0));
+            let stop = converted.is_err();
+            outputs.push(converted);
+            !stop && outputs.len() < max
+        });
+        outputs
+    }
+
+    /// Runs the expression on the envelope of `signal`, handing each output to `each`
+    /// until it returns false. A panic inside jaq is turned into a runtime error.
+    fn run(&self, signal: &Signal, mut each: impl FnMut(Result<Val, String>) -> bool) {
+        let input = signal_to_val(signal);
+        let filter = &self.filter;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let ctx = Ctx::<Data>::new(&filter.lut, Vars::new([]));
+            for output in filter.id.run((ctx, input)) {
+                let output = output.map_err(describe_exception);
+                if !each(output) {
+                    break;
+                }
+            }
+        }));
+        if result.is_err() {
+            each(Err("the jq interpreter failed".into()));
+        }
+    }
+}
+
+fn describe_exception(exn: jaq_core::Exn<'_, Val>) -> String {
+    match exn.get_err() {
+        Ok(error) => error.to_string(),
+        Err(exn) => match exn.get_halt() {
+            Ok(code) => format!("halt({code}) called"),
+            Err(_) => "internal jq error".into(),
+        },
+    }
+}
+
+/// The 1-based character position of `part` in `code`, when `part` is a slice of it.
+fn position(code: &str, part: &str) -> Option<usize> {
+    let offset = (part.as_ptr() as usize).checked_sub(code.as_ptr() as usize)?;
+    let before = code.get(..offset)?;
+    Some(before.chars().count() + 1)
+}
+
+fn at(code: &str, part: &str) -> String {
+    match position(code, part) {
+        Some(pos) if part.is_empty() => format!(" at the end (position {pos})"),
+        Some(pos) => format!(" at position {pos}"),
+        None => String::new(),
+    }
+}
+
+fn describe_load_errors(code: &str, errors: jaq_core::load::Errors<&str, ()>) -> String {
+    use jaq_core::load::Error;
+    use jaq_core::load::lex::Expect as LexExpect;
+    let mut messages = Vec::new();
+    for (_file, error) in errors {
+        match error {
+            Error::Io(items) => {
+                for (path, message) in items {
+                    messages.push(format!("cannot load module `{path}`: {message}"));
+                }
+            }
+            Error::Lex(items) => {
+                for (expect, part) in items {
+                    // `as_str` knows the delimiters jaq uses and panics on others.
+                    let what = match expect {
+                        LexExpect::Delim(d) if !["(", "[", "{", "\""].contains(&d) => {
+                            format!("a closing delimiter for `{d}`")
+                        }
+                        other => other.as_str().to_owned(),
+                    };
+                    messages.push(format!("expected {what}{}", at(code, part)));
+                }
+            }
+            Error::Parse(items) => {
+                for (expect, part) in items {
+                    let found = if part.is_empty() {
+                        "the end of the expression".to_owned()
+                    } else {
+                        format!("`{}`{}", first_token(part), at(code, part))
+                    };
+                    messages.push(format!("expected {}, found {found}", expect.as_str()));
+                }
+            }
+        }
+    }
+    format!("bad jq expression: {}", messages.join("; "))
+}
+
+/// A short excerpt of the text where an error was found.
+fn first_token(text: &str) -> String {
+    let end = text
+        .char_indices()
+        .nth(20)
+        .map(|(i, _)| i)
+        .unwrap_or(text.len());
+    text.get(..end).unwrap_or(text).to_owned()
+}
+
+fn describe_compile_errors(errors: jaq_core::compile::Errors<&str, ()>) -> String {
+    use jaq_core::compile::Undefined;
+    let mut messages = Vec::new();
+    for (file, items) in errors {
+        for (name, undefined) in items {
+            let what = match undefined {
+                Undefined::Filter(arity) => format!("filter `{name}/{arity}`"),
+                other => format!("{} `{name}`", other.as_str()),
+            };
+            messages.push(format!("undefined {what}{}", at(file.code, name)));
+        }
+    }
+    format!("bad jq expression: {}", messages.join("; "))
+}
+
+fn str_val(s: &str) -> Val {
+    Val::from(s.to_owned())
+}
+
+/// The envelope as a jq value, built field by field (no intermediate JSON text).
+fn signal_to_val(signal: &Signal) -> Val {
+    let mut map = jaq_json::Map::default();
+    map.insert(str_val("id"), str_val(&signal.id));
+    map.insert(str_val("type"), str_val(&signal.kind));
+    map.insert(
+        str_val("timestamp"),
+        Val::Num(Num::from_integral(signal.timestamp)),
+    );
+    map.insert(str_val("source"), str_val(&signal.source));
+    if let Some(c) = &signal.correlation_id {
+        map.insert(str_val("correlationId"), str_val(c));
+    }
+    if let Some(m) = &signal.metadata {
+        map.insert(str_val("metadata"), object_to_val(m, 1));
+    }
+    map.insert(str_val("payload"), object_to_val(&signal.payload, 1));
+    Val::obj(map)
+}
+
+fn object_to_val(object: &patchbay_signal::Object, depth: usize) -> Val {
+    let mut map = jaq_json::Map::default();
+    for (k, v) in object {
+        map.insert(str_val(k), json_to_val(v, depth + 1));
+    }
+    Val::obj(map)
+}
+
+fn json_to_val(value: &Value, depth: usize) -> Val {
+    if depth > MAX_DEPTH {
+        return Val::Null;
+    }
+    match value {
+        Value::Null => Val::Null,
+        Value::Bool(b) => Val::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Val::Num(Num::from_integral(i)),
+            (None, Some(u)) => Val::Num(Num::from_integral(u)),
+            _ => Val::from(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::String(s) => str_val(s),
+        Value::Array(items) => items.iter().map(|v| json_to_val(v, depth + 1)).collect(),
+        Value::Object(map) => object_to_val(map, depth),
+    }
+}
+
+/// A jq value as JSON: NaN and infinities become `null` (as jq prints them), byte strings
+/// are read as UTF-8, object keys that are not strings are written as their JSON text.
+fn val_to_json(value: &Val, depth: usize) -> Result<Value, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("output nested deeper than {MAX_DEPTH} levels"));
+    }
+    Ok(match value {
+        Val::Null => Value::Null,
+        Val::Bool(b) => Value::Bool(*b),
+        Val::Num(n) => num_to_json(n),
+        Val::TStr(b) | Val::BStr(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
+        Val::Arr(items) => Value::Array(
+            items
+                .iter()
+                .map(|v| val_to_json(v, depth + 1))
+                .collect::<Result<_, _>>()?,
+        ),
+        Val::Obj(map) => {
+            let mut object = patchbay_signal::Object::new();
+            for (k, v) in map.iter() {
+                let key = match k {
+                    Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => other.to_string(),
+                };
+                object.insert(key, val_to_json(v, depth + 1)?);
+            }
+            Value::Object(object)
+        }
+    })
+}
+
+fn num_to_json(n: &Num) -> Value {
+    match n {
+        Num::Int(i) => Value::from(*i as i64),
+        Num::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        other => {
+            serde_json::from_str::<Number>(&other.to_string()).map_or(Value::Null, Value::Number)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use patchbay_signal::object;
+    use serde_json::json;
+
+    fn sig() -> Signal {
+        Signal::new(
+            "midi.note_on",
+            "midi:pads",
+            object! {"note" => 36, "velocity" => 100, "tags" => json!(["a", "b"])},
+        )
+        .at(1000)
+        .correlated("c1")
+    }
+
+    fn outputs(code: &str) -> Vec<Result<Value, String>> {
+        JqExpr::compile(code).unwrap().outputs(&sig(), 100)
+    }
+
+    #[test]
+    fn truthiness_is_the_first_output() {
+        let t = |code: &str| JqExpr::compile(code).unwrap().is_truthy(&sig());
+        assert!(t(r#".type == "midi.note_on" and .payload.velocity > 0"#));
+        assert!(!t(".payload.velocity > 100"));
+        assert!(!t("null"));
+        assert!(!t("false"));
+        assert!(t("0"), "0 is truthy in jq");
+        assert!(t(r#""""#));
+        assert!(!t("empty"), "no output does not pass");
+        assert!(!t("false, true"), "only the first output counts");
+        assert!(!t(r#"error("x")"#), "a runtime error does not pass");
+        assert!(!t(".payload.note + \"x\""), "a type error does not pass");
+        assert!(!t("halt"), "halt is an error, not an exit");
+        assert!(t(
+            ".correlationId == \"c1\" and .timestamp == 1000 and .source == \"midi:pads\""
+        ));
+    }
+
+    #[test]
+    fn outputs_are_json() {
+        assert_eq!(
+            outputs(".payload.tags[]"),
+            vec![Ok(json!("a")), Ok(json!("b"))]
+        );
+        assert_eq!(
+            outputs("1.5, 2, nan, infinite"),
+            vec![
+                Ok(json!(1.5)),
+                Ok(json!(2)),
+                Ok(Value::Null),
+                Ok(Value::Null)
+            ]
+        );
+        assert_eq!(outputs("{(1|tostring): 1}"), vec![Ok(json!({"1": 1}))]);
+        let out = outputs(r#"1, error("boom"), 2"#);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0], Ok(json!(1)));
+        assert!(out[1].as_ref().unwrap_err().contains("boom"));
+        let deep = outputs("reduce range(200) as $i (0; [.])");
+        assert!(deep[0].as_ref().unwrap_err().contains("nested"));
+        let many = JqExpr::compile("range(10)").unwrap().outputs(&sig(), 3);
+        assert_eq!(many.len(), 3);
+        assert_eq!(outputs("100000000000000000000"), vec![Ok(json!(1e20))]);
+    }
+
+    #[test]
+    fn compile_errors_say_where() {
+        let err = JqExpr::compile(".a | ").unwrap_err();
+        assert!(err.starts_with("bad jq expression: "), "{err}");
+        assert!(err.contains("end"), "{err}");
+        let err = JqExpr::compile("nosuchfilter(1)").unwrap_err();
+        assert!(err.contains("undefined filter `nosuchfilter/1`"), "{err}");
+        assert!(err.contains("position 1"), "{err}");
+        let err = JqExpr::compile(".a | env").unwrap_err();
+        assert!(err.contains("`env/0`"), "{err}");
+        let err = JqExpr::compile("\"abc").unwrap_err();
+        assert!(err.contains("closing quote"), "{err}");
+        let err = JqExpr::compile("(1").unwrap_err();
+        assert!(err.contains("bad jq expression"), "{err}");
+        let err = JqExpr::compile(".a | )").unwrap_err();
+        assert!(err.contains("position 6"), "{err}");
+        assert!(JqExpr::compile("$x").is_err());
+        assert!(JqExpr::compile("").is_err());
+    }
+}

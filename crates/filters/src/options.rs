@@ -1,0 +1,177 @@
+//! Option values shared by the filters, checked while they are deserialized so that a bad
+//! value is reported at its exact `FILE:LINE:COL`.
+
+use std::fmt;
+
+use patchbay_signal::path::Path;
+use serde::Deserialize;
+use serde::de::{Deserializer, Error as _};
+
+/// The default bound on the number of keys a keyed filter remembers.
+pub const DEFAULT_MAX_KEYS: u64 = 10_000;
+
+/// A dot path into a signal (`type`, `payload.note`, `metadata.seq`, sajou's `content`),
+/// parsed at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DotPath(pub Path);
+
+impl<'de> Deserialize<'de> for DotPath {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        parse_path(&text).map(DotPath).map_err(D::Error::custom)
+    }
+}
+
+/// Parses a dot path, with a message fit for a config error.
+pub(crate) fn parse_path(text: &str) -> Result<Path, String> {
+    Path::parse(text).map_err(|e| format!("bad path: {e}"))
+}
+
+/// A rate limit: `count` signals per `per_ms` milliseconds, written `"N/s"`, `"N/m"` or
+/// `"N/h"` with `N` a whole number ≥ 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// How many signals per period.
+    pub count: u64,
+    /// The period in milliseconds (1000, 60000 or 3600000).
+    pub per_ms: u64,
+}
+
+/// The largest `N` of a rate: beyond it the emission interval is below a nanosecond.
+const MAX_RATE_COUNT: u64 = 1_000_000_000;
+
+impl Rate {
+    /// Parses `"N/s"`, `"N/m"` or `"N/h"` (spaces around the parts are allowed; `sec`,
+    /// `min` and `hour` are accepted too).
+    pub fn parse(text: &str) -> Result<Rate, String> {
+        let bad = || {
+            format!(
+                "bad rate `{text}`: expected \"N/s\", \"N/m\" or \"N/h\" with N a whole number \
+                 from 1 to {MAX_RATE_COUNT}"
+            )
+        };
+        let (count, unit) = text.split_once('/').ok_or_else(bad)?;
+        let count: u64 = count.trim().parse().map_err(|_| bad())?;
+        if count == 0 || count > MAX_RATE_COUNT {
+            return Err(bad());
+        }
+        let per_ms = match unit.trim() {
+            "s" | "sec" => 1_000,
+            "m" | "min" => 60_000,
+            "h" | "hour" => 3_600_000,
+            _ => return Err(bad()),
+        };
+        Ok(Rate { count, per_ms })
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unit = match self.per_ms {
+            1_000 => "s",
+            60_000 => "m",
+            _ => "h",
+        };
+        write!(f, "{}/{unit}", self.count)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Rate::parse(&text).map_err(D::Error::custom)
+    }
+}
+
+/// A whole number ≥ 1.
+pub(crate) fn positive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    let value = i64::deserialize(deserializer)?;
+    if value < 1 {
+        return Err(D::Error::custom(format!("must be at least 1, got {value}")));
+    }
+    Ok(value.unsigned_abs())
+}
+
+/// An optional whole number ≥ 1.
+pub(crate) fn positive_opt<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    positive(deserializer).map(Some)
+}
+
+/// An optional number between 0 and 1 inclusive.
+pub(crate) fn ratio_opt<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<f64>, D::Error> {
+    let value = f64::deserialize(deserializer)?;
+    if !(0.0..=1.0).contains(&value) {
+        return Err(D::Error::custom(format!(
+            "must be between 0 and 1 (inclusive), got {value}"
+        )));
+    }
+    Ok(Some(value))
+}
+
+/// An optional finite number ≥ 0.
+pub(crate) fn non_negative_opt<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<f64>, D::Error> {
+    let value = f64::deserialize(deserializer)?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(D::Error::custom(format!(
+            "must be a number >= 0, got {value}"
+        )));
+    }
+    Ok(Some(value))
+}
+
+/// An optional seed: any integer (negative ones are taken as their two's complement bits).
+pub(crate) fn seed_opt<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    let value = i64::deserialize(deserializer)?;
+    Ok(Some(u64::from_ne_bytes(value.to_ne_bytes())))
+}
+
+/// The default of `max_keys`.
+pub(crate) fn default_max_keys() -> u64 {
+    DEFAULT_MAX_KEYS
+}
+
+/// `max_keys` as a container bound.
+pub(crate) fn max_keys_bound(max_keys: u64) -> usize {
+    usize::try_from(max_keys).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(
+            Rate::parse("30/s"),
+            Ok(Rate {
+                count: 30,
+                per_ms: 1000
+            })
+        );
+        assert_eq!(
+            Rate::parse(" 2 / m "),
+            Ok(Rate {
+                count: 2,
+                per_ms: 60_000
+            })
+        );
+        assert_eq!(Rate::parse("1/h").map(|r| r.per_ms), Ok(3_600_000));
+        for bad in [
+            "0/s", "-1/s", "1.5/s", "30", "30/d", "/s", "x/s", "30/s/s", "",
+        ] {
+            assert!(Rate::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            Rate::parse("30/sec").map(|r| r.to_string()),
+            Ok("30/s".into())
+        );
+    }
+}

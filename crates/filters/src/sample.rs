@@ -1,0 +1,526 @@
+//! `sample`: one in N, a seeded random ratio, or the latest value per time window.
+
+use std::sync::Arc;
+
+use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
+use patchbay_signal::SharedSignal;
+use patchbay_signal::path::Path;
+use serde::Deserialize;
+
+use crate::keyed::{Key, Keyed, Timers};
+use crate::options::{
+    DotPath, default_max_keys, max_keys_bound, positive, positive_opt, ratio_opt, seed_opt,
+};
+use crate::{ConfigError, RESET};
+
+/// The seed of `ratio` when none is given: runs are reproducible by default.
+pub const DEFAULT_SEED: u64 = 0x5EED_0F5A_4D1E;
+
+/// Options of a `sample` filter: exactly one of `every`, `ratio` and `interval_ms`.
+///
+/// - `every = N` passes the 1st, (N+1)th, (2N+1)th … signal (of each key).
+/// - `ratio = p` passes each signal with probability `p` (`0` never, `1` always), drawn
+///   from a pseudo-random generator seeded with `seed`: the same seed and input give the
+///   same choices. With `key`, each key has its own stream (seeded from `seed` and the
+///   key), so a key's choices do not depend on the other keys' traffic.
+/// - `interval_ms = I` divides time into windows `[kI, (k+1)I)` and emits the latest signal
+///   of each non-empty window (per key) when the clock passes the window's end — when any
+///   signal at or after `(k+1)I` arrives — or at end of input. Signals replaced within a
+///   window leave by `NAME.dropped`, as do those `every` and `ratio` do not pass.
+///
+/// A `reset` signal emits the windows' held signals (in order of window end), clears every
+/// key's state (counters, random streams) and passes on. A key evicted by `max_keys` first
+/// emits its held signal.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleConfig {
+    /// Pass one signal in this many (≥ 1), starting with the first.
+    #[serde(default, deserialize_with = "positive_opt")]
+    pub every: Option<u64>,
+    /// Pass each signal with this probability (0 to 1).
+    #[serde(default, deserialize_with = "ratio_opt")]
+    pub ratio: Option<f64>,
+    /// With `ratio`: the random generator's seed (any integer).
+    #[serde(default, deserialize_with = "seed_opt")]
+    pub seed: Option<u64>,
+    /// Emit the latest signal of each window of this many milliseconds (≥ 1).
+    #[serde(default, deserialize_with = "positive_opt")]
+    pub interval_ms: Option<u64>,
+    /// Sample each value at this path separately (a missing value is one more key).
+    #[serde(default)]
+    pub key: Option<DotPath>,
+    /// At most this many keys are remembered (default 10000); the least recently used one
+    /// is evicted, after emitting its held signal.
+    #[serde(default = "default_max_keys", deserialize_with = "positive")]
+    pub max_keys: u64,
+    /// With `interval_ms`: `wall` (default, machine time) or `event` (the signals'
+    /// timestamps).
+    #[serde(default)]
+    pub clock: Option<ClockKind>,
+}
+
+/// Builds a `sample` from its options.
+pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
+    let config: SampleConfig = options.parse()?;
+    config.into_spec().map_err(|e| e.locate(options))
+}
+
+impl SampleConfig {
+    /// Checks the combination of options and makes the filter's spec.
+    pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
+        let mut chosen: Vec<&'static str> = Vec::new();
+        if self.every.is_some() {
+            chosen.push("every");
+        }
+        if self.ratio.is_some() {
+            chosen.push("ratio");
+        }
+        if self.interval_ms.is_some() {
+            chosen.push("interval_ms");
+        }
+        if let Some(second) = chosen.get(1) {
+            return Err(ConfigError::at(
+                second,
+                format!(
+                    "use only one of `every`, `ratio` and `interval_ms` (`{}` is set)",
+                    chosen[0]
+                ),
+            ));
+        }
+        let mode = match (self.every, self.ratio, self.interval_ms) {
+            (Some(n), _, _) => Mode::Every(n),
+            (_, Some(p), _) => Mode::Ratio(p),
+            (_, _, Some(ms)) => Mode::Interval(i64::try_from(ms).unwrap_or(i64::MAX)),
+            _ => {
+                return Err(ConfigError::whole(
+                    "sample needs one of `every` (one in N), `ratio` (0 to 1) or `interval_ms`",
+                ));
+            }
+        };
+        if self.seed.is_some() && !matches!(mode, Mode::Ratio(_)) {
+            return Err(ConfigError::at("seed", "`seed` only applies with `ratio`"));
+        }
+        let clock = match mode {
+            Mode::Interval(_) => Some(self.clock.unwrap_or_default()),
+            _ if self.clock.is_some() => {
+                return Err(ConfigError::at(
+                    "clock",
+                    "`clock` only applies with `interval_ms`",
+                ));
+            }
+            _ => None,
+        };
+        let settings = Arc::new(Settings {
+            mode,
+            seed: self.seed.unwrap_or(DEFAULT_SEED),
+            key: self.key.map(|k| k.0),
+            max_keys: max_keys_bound(self.max_keys),
+        });
+        Ok(FilterSpec::new(clock, move || {
+            Box::new(Sample::new(settings.clone()))
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct Settings {
+    mode: Mode,
+    seed: u64,
+    key: Option<Path>,
+    max_keys: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Every(u64),
+    Ratio(f64),
+    Interval(i64),
+}
+
+/// splitmix64: small, fast, and good enough to sample signals.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A uniform draw in `[0, 1)` with 53 bits of precision.
+fn unit_draw(state: &mut u64) -> f64 {
+    (splitmix64(state) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A key's state when it is first seen (or again after a reset or an eviction).
+fn fresh_state(seed: u64, is_keyed: bool, key: &Key) -> KeyState {
+    let mut rng = seed;
+    if is_keyed {
+        // Hashing the mix decorrelates the streams of keys whose hashes are close.
+        let mut mix = seed ^ key.stable_hash();
+        rng = splitmix64(&mut mix);
+    }
+    KeyState {
+        count: 0,
+        rng,
+        held: None,
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    signal: SharedSignal,
+    due: i64,
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct KeyState {
+    /// `every`: signals seen.
+    count: u64,
+    /// `ratio`: the random stream.
+    rng: u64,
+    /// `interval_ms`: the latest signal of the current window.
+    held: Option<Held>,
+}
+
+/// A running `sample`.
+pub struct Sample {
+    settings: Arc<Settings>,
+    keys: Keyed<KeyState>,
+    timers: Timers,
+    seq: u64,
+    now: i64,
+}
+
+impl Sample {
+    fn new(settings: Arc<Settings>) -> Self {
+        Sample {
+            keys: Keyed::new(settings.key.clone(), settings.max_keys),
+            settings,
+            timers: Timers::default(),
+            seq: 0,
+            now: i64::MIN,
+        }
+    }
+
+    /// Emits every held signal in order of window end and forgets all state.
+    fn release_all(&mut self, emit: &mut Emit) {
+        for slot in self.timers.take_all() {
+            if let Some(h) = self.keys.get_mut(slot).and_then(|s| s.held.take()) {
+                emit.pass(h.signal);
+            }
+        }
+        self.keys.clear();
+    }
+}
+
+impl Filter for Sample {
+    fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
+        let now = now.max(self.now);
+        self.on_timer(now, emit);
+        if signal.kind == RESET {
+            self.release_all(emit);
+            emit.pass(signal);
+            return;
+        }
+        let (seed, is_keyed) = (self.settings.seed, self.keys.is_keyed());
+        let (slot, evicted) = self
+            .keys
+            .entry(&signal, |key| fresh_state(seed, is_keyed, key));
+        if let Some(h) = evicted.and_then(|s| s.held) {
+            self.timers.remove(h.due, h.seq);
+            emit.pass(h.signal);
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let Some(state) = self.keys.get_mut(slot) else {
+            return;
+        };
+        match self.settings.mode {
+            Mode::Every(n) => {
+                let pass = state.count % n == 0;
+                state.count = state.count.wrapping_add(1);
+                if pass {
+                    emit.pass(signal);
+                } else {
+                    emit.drop(signal);
+                }
+            }
+            Mode::Ratio(p) => {
+                if unit_draw(&mut state.rng) < p {
+                    emit.pass(signal);
+                } else {
+                    emit.drop(signal);
+                }
+            }
+            Mode::Interval(interval) => {
+                let window = now.div_euclid(interval);
+                let due = window.saturating_add(1).saturating_mul(interval);
+                if let Some(old) = state.held.take() {
+                    self.timers.remove(old.due, old.seq);
+                    emit.drop(old.signal);
+                }
+                state.held = Some(Held { signal, due, seq });
+                self.timers.insert(due, seq, slot);
+            }
+        }
+    }
+
+    fn next_due(&self) -> Option<i64> {
+        self.timers.next_due()
+    }
+
+    fn on_timer(&mut self, now: i64, emit: &mut Emit) {
+        self.now = self.now.max(now);
+        while let Some((_, slot)) = self.timers.pop_due(now) {
+            // A window's key has nothing else to remember: forget it.
+            if let Some(h) = self.keys.remove(slot).and_then(|s| s.held) {
+                emit.pass(h.signal);
+            }
+        }
+    }
+
+    fn flush(&mut self, emit: &mut Emit) {
+        self.release_all(emit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Driver, config, config_error, keyed, labels, reset, sig};
+    use patchbay_signal::Signal;
+
+    fn driver(toml: &str) -> Driver {
+        Driver::new(&config::<SampleConfig>(toml).into_spec().unwrap())
+    }
+
+    fn run(toml: &str, signals: Vec<Signal>) -> Vec<String> {
+        driver(toml).run(signals)
+    }
+
+    fn numbered(count: usize) -> Vec<Signal> {
+        (0..count).map(|i| sig(i as i64, &i.to_string())).collect()
+    }
+
+    #[test]
+    fn every_passes_the_first_and_each_nth_after() {
+        let out = run("every = 3", numbered(8));
+        assert_eq!(out, ["0", "-1", "-2", "3", "-4", "-5", "6", "-7"]);
+        assert_eq!(run("every = 1", numbered(3)), ["0", "1", "2"]);
+        let out = run(
+            "every = 2\nkey = \"payload.k\"",
+            vec![
+                keyed(0, "a1", "a"),
+                keyed(1, "b1", "b"),
+                keyed(2, "a2", "a"),
+                keyed(3, "a3", "a"),
+                keyed(4, "b2", "b"),
+            ],
+        );
+        assert_eq!(out, ["a1", "b1", "-a2", "a3", "-b2"]);
+        let out = run(
+            "every = 2",
+            vec![sig(0, "a"), sig(1, "b"), reset(2), sig(3, "c")],
+        );
+        assert_eq!(out, ["a", "-b", "reset", "c"], "reset restarts the count");
+    }
+
+    #[test]
+    fn every_eviction_restarts_a_key() {
+        let out = run(
+            "every = 2\nkey = \"payload.k\"\nmax_keys = 1",
+            vec![
+                keyed(0, "a1", "a"),
+                keyed(1, "b1", "b"),
+                keyed(2, "a2", "a"),
+            ],
+        );
+        assert_eq!(out, ["a1", "b1", "a2"]);
+    }
+
+    #[test]
+    fn ratio_is_seeded_and_deterministic() {
+        let passed = |toml: &str| {
+            run(toml, numbered(2000))
+                .into_iter()
+                .filter(|l| !l.starts_with('-'))
+                .collect::<Vec<_>>()
+        };
+        let a = passed("ratio = 0.25");
+        assert_eq!(a, passed("ratio = 0.25"), "same default seed, same choices");
+        assert_eq!(
+            passed("ratio = 0.25\nseed = 7"),
+            passed("ratio = 0.25\nseed = 7")
+        );
+        assert_ne!(
+            passed("ratio = 0.25\nseed = 7"),
+            passed("ratio = 0.25\nseed = 8")
+        );
+        assert!((400..600).contains(&a.len()), "{}", a.len());
+        assert_eq!(passed("ratio = 0").len(), 0);
+        assert_eq!(passed("ratio = 1").len(), 2000);
+        assert_eq!(passed("ratio = 1.0\nseed = -1").len(), 2000);
+        // With a key, a key's choices do not depend on the other keys.
+        let only_a: Vec<Signal> = (0..200).map(|i| keyed(i, &format!("a{i}"), "a")).collect();
+        let mixed: Vec<Signal> = (0..400)
+            .map(|i| {
+                if i % 2 == 0 {
+                    keyed(i, &format!("a{}", i / 2), "a")
+                } else {
+                    keyed(i, &format!("b{i}"), "b")
+                }
+            })
+            .collect();
+        let toml = "ratio = 0.5\nkey = \"payload.k\"";
+        let a_alone: Vec<String> = run(toml, only_a);
+        let a_mixed: Vec<String> = run(toml, mixed)
+            .into_iter()
+            .filter(|l| l.trim_start_matches('-').starts_with('a'))
+            .collect();
+        assert_eq!(a_alone, a_mixed);
+    }
+
+    #[test]
+    fn interval_emits_the_latest_of_each_window() {
+        let i = "interval_ms = 100\nclock = \"event\"";
+        let out = run(
+            i,
+            vec![
+                sig(0, "a"),
+                sig(50, "b"),
+                sig(99, "c"),
+                sig(100, "d"),
+                sig(250, "e"),
+                sig(260, "f"),
+            ],
+        );
+        assert_eq!(out, ["-a", "-b", "c", "d", "-e", "f"]);
+        let mut d = driver(i);
+        assert!(d.push(sig(5, "a")).is_empty());
+        assert_eq!(d.next_due(), Some(100));
+        assert_eq!(labels(&d.push(sig(99, "b"))), ["-a"]);
+        // The window [0, 100) closes at exactly 100, before the signal at 100.
+        assert_eq!(labels(&d.push(sig(100, "c"))), ["b"]);
+        assert_eq!(d.next_due(), Some(200));
+        assert_eq!(labels(&d.push(sig(450, "d"))), ["c"]);
+        assert_eq!(labels(&d.finish()), ["d"]);
+        // Windows are aligned on multiples of the interval, negative times included.
+        let out = run(i, vec![sig(-1, "a"), sig(0, "b")]);
+        assert_eq!(out, ["a", "b"]);
+    }
+
+    #[test]
+    fn interval_windows_close_for_every_key() {
+        let k = "interval_ms = 100\nkey = \"payload.k\"\nclock = \"event\"";
+        let out = run(
+            k,
+            vec![
+                keyed(10, "b1", "b"),
+                keyed(20, "a1", "a"),
+                keyed(30, "b2", "b"),
+                keyed(150, "c1", "c"),
+                keyed(160, "a2", "a"),
+            ],
+        );
+        // At 150 both windows [0,100) close, in the order of the signals they release.
+        assert_eq!(out, ["-b1", "a1", "b2", "c1", "a2"]);
+        let out = run(
+            k,
+            vec![
+                keyed(10, "b1", "b"),
+                keyed(20, "a1", "a"),
+                keyed(150, "z", "z"),
+            ],
+        );
+        assert_eq!(out, ["b1", "a1", "z"]);
+        // End of input: in order of window end, then of the signals.
+        let out = run(k, vec![keyed(120, "a1", "a"), keyed(10, "b1", "b")]);
+        assert_eq!(out, ["a1", "b1"], "out of order: b1 is handled at 120");
+        let out = run(
+            k,
+            vec![
+                keyed(150, "a1", "a"),
+                keyed(160, "b1", "b"),
+                keyed(170, "c1", "c"),
+            ],
+        );
+        assert_eq!(out, ["a1", "b1", "c1"]);
+    }
+
+    #[test]
+    fn interval_reset_and_eviction_emit_held_signals() {
+        let k = "interval_ms = 100\nkey = \"payload.k\"\nclock = \"event\"\nmax_keys = 2";
+        let out = run(
+            k,
+            vec![
+                keyed(0, "a1", "a"),
+                keyed(1, "b1", "b"),
+                keyed(2, "c1", "c"),
+                keyed(3, "b2", "b"),
+            ],
+        );
+        assert_eq!(
+            out,
+            ["a1", "-b1", "c1", "b2"],
+            "a evicted by c first emits a1"
+        );
+        let out = run(
+            k,
+            vec![
+                keyed(0, "a1", "a"),
+                keyed(1, "b1", "b"),
+                reset(2),
+                keyed(3, "a2", "a"),
+            ],
+        );
+        assert_eq!(out, ["a1", "b1", "reset", "a2"]);
+    }
+
+    #[test]
+    fn interval_timers_fire_without_signals() {
+        let spec = config::<SampleConfig>("interval_ms = 100")
+            .into_spec()
+            .unwrap();
+        let mut filter = spec.instantiate();
+        let mut emit = Emit::new();
+        filter.on_signal(std::sync::Arc::new(sig(0, "a")), 1050, &mut emit);
+        assert_eq!(filter.next_due(), Some(1100));
+        filter.on_timer(1099, &mut emit);
+        assert!(emit.is_empty());
+        filter.on_timer(1100, &mut emit);
+        assert_eq!(labels(&emit.take()), ["a"]);
+        assert_eq!(filter.next_due(), None);
+    }
+
+    #[test]
+    fn config_errors() {
+        let err = |toml: &str| config_error::<SampleConfig>(toml);
+        let (l, c, m) = err("every = 0");
+        assert_eq!((l, c), (1, 9), "{m}");
+        let (l, c, m) = err("ratio = 1.5");
+        assert_eq!((l, c), (1, 9), "{m}");
+        assert!(m.contains("between 0 and 1"), "{m}");
+        let (l, c, m) = err("ratio = -0.1");
+        assert_eq!((l, c), (1, 9), "{m}");
+        let (l, c, m) = err("interval_ms = 0");
+        assert_eq!((l, c), (1, 15), "{m}");
+        let (l, c, m) = err("ratio = \"half\"");
+        assert_eq!((l, c), (1, 9), "{m}");
+
+        let cross = |toml: &str| config::<SampleConfig>(toml).into_spec().unwrap_err();
+        let e = cross("every = 2\nratio = 0.5");
+        assert_eq!(e.key, Some("ratio"));
+        let e = cross("ratio = 0.5\ninterval_ms = 5");
+        assert_eq!(e.key, Some("interval_ms"));
+        assert_eq!(cross("key = \"k\"").key, None);
+        assert_eq!(cross("every = 2\nseed = 3").key, Some("seed"));
+        assert_eq!(cross("every = 2\nclock = \"event\"").key, Some("clock"));
+        let spec = config::<SampleConfig>("interval_ms = 5")
+            .into_spec()
+            .unwrap();
+        assert_eq!(spec.clock, Some(ClockKind::Wall));
+        let spec = config::<SampleConfig>("every = 5").into_spec().unwrap();
+        assert_eq!(spec.clock, None);
+    }
+}

@@ -1,0 +1,350 @@
+//! End-to-end tests of the `patchbay` binary: config checking, `parse`, `run` on files,
+//! `test`, and the shipped pipelines.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn patchbay(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("PATCHBAY_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("patchbay starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("patchbay exits")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("patchbay-test-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write file");
+    path.display().to_string()
+}
+
+fn lines(text: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+/// Validates `config` and returns stderr, asserting exit code 1.
+fn invalid(config: &str) -> (String, String) {
+    let dir = temp_dir("invalid");
+    let path = write(&dir, "p.toml", config);
+    let out = patchbay(&["validate", &path], "");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "expected exit 1, stderr: {stderr}"
+    );
+    (path, stderr)
+}
+
+#[test]
+fn validate_reports_each_kind_of_error_with_its_location() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[sources.a]\ntype = \"stdin\"\nbogus = 1\n",
+            ":3:1:",
+            "unknown field `bogus`",
+        ),
+        (
+            "[sources.a]\ntype = \"stdinn\"\n",
+            ":2:8:",
+            "did you mean `stdin`",
+        ),
+        (
+            "[sources.a]\ntype = \"stdin\"\n[outputs.o]\ntype = \"stdout\"\ninputs = [\"b\"]\n",
+            ":5:11:",
+            "unknown input `b`",
+        ),
+        (
+            "[sources.agent]\ntype = \"stdin\"\n[outputs.o]\ntype = \"stdout\"\ninputs = [\"agnet\"]\n",
+            ":5:11:",
+            "did you mean `agent`",
+        ),
+        (
+            "[sources.a]\ntype = \"file\"\n",
+            ":1:1:",
+            "missing field `path`",
+        ),
+        (
+            "[sources.a]\ntype = \"stdin\"\n[filters.t]\ntype = \"throttle\"\ninputs = [\"a\"]\ninterval_ms = -5\n",
+            ":6:15:",
+            "t:",
+        ),
+        (
+            "[sources.a]\ntype = \"stdin\"\n[filters.w]\ntype = \"when\"\ninputs = [\"a\"]\nexpr = '.type =='\n",
+            ":6:",
+            "w:",
+        ),
+        (
+            "[sources.a]\ntype = \"stdin\"\n[filters.x]\ntype = \"when\"\ninputs = [\"a\", \"y\"]\nwhen = { type = \"a\" }\n[filters.y]\ntype = \"when\"\ninputs = [\"x\"]\nwhen = { type = \"a\" }\n",
+            ":",
+            "cycle",
+        ),
+        (
+            "[sourcez.a]\ntype = \"stdin\"\n",
+            ":1:2:",
+            "did you mean `sources`",
+        ),
+        ("[sources.a\ntype = \"stdin\"\n", ":1:", ""),
+    ];
+    for (config, location, message) in cases {
+        let (path, stderr) = invalid(config);
+        assert!(
+            stderr.contains(&format!("{path}{location}")) && stderr.contains(message),
+            "config:\n{config}\nexpected `{location}` and `{message}` in:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn environment_values_never_appear_in_errors() {
+    let dir = temp_dir("env");
+    let path = write(
+        &dir,
+        "p.toml",
+        "[sources.a]\ntype = \"file\"\npath = \"x\"\nspeed = \"${PATCHBAY_TEST_SECRET}\"\nformat = \"scenario\"\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .args(["validate", &path])
+        .env("PATCHBAY_TEST_SECRET", "hunter2-secret")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!stderr.contains("hunter2-secret"), "{stderr}");
+    assert!(stderr.contains(":4:9:"), "{stderr}");
+}
+
+#[test]
+fn parse_sajou_gives_the_scenarios_envelopes_all_schema_valid() {
+    for name in ["simple-task", "multi-agent", "error-recovery"] {
+        let file = format!("tests/fixtures/sajou/emitter-scenario-{name}.jsonl");
+        let out = patchbay(&["parse", "--protocol", "sajou", &file], "");
+        assert!(out.status.success());
+        let signals = lines(&out.stdout);
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&file)).unwrap();
+        let expected: Vec<Value> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["signal"].clone())
+            .collect();
+        assert_eq!(signals, expected, "{name}");
+        for s in &signals {
+            patchbay_testkit::assert_schema_valid(s);
+        }
+    }
+}
+
+#[test]
+fn parse_reports_bad_lines_as_error_signals() {
+    let out = patchbay(
+        &["parse", "--protocol", "sajou"],
+        "{\"type\":\"a\",\"timestamp\":7}\nnot json\n",
+    );
+    assert!(out.status.success());
+    let signals = lines(&out.stdout);
+    assert_eq!(signals.len(), 2);
+    assert_eq!(signals[1]["type"], "error");
+    assert_eq!(signals[1]["payload"]["code"], "bad_frame");
+    assert_eq!(signals[1]["timestamp"], 7);
+    patchbay_testkit::assert_schema_valid(&signals[1]);
+}
+
+#[test]
+fn default_pipeline_copies_stdin_to_stdout_and_exits_at_end_of_input() {
+    let out = patchbay(
+        &[],
+        "{\"type\":\"hello\",\"payload\":{\"n\":1}}\n{\"n\":2}\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let signals = lines(&out.stdout);
+    assert_eq!(signals.len(), 2);
+    assert_eq!(signals[0]["type"], "hello");
+    assert_eq!(signals[1]["type"], "event");
+    assert_eq!(signals[1]["payload"]["n"], 2);
+}
+
+/// Runs `input lines → [filter] → file` with the given filter options and returns the
+/// timestamps of what came out.
+fn run_filter(filter: &str, input: &[(i64, &str)]) -> Vec<i64> {
+    let dir = temp_dir("filter");
+    let lines_in: String = input
+        .iter()
+        .map(|(t, k)| format!("{{\"type\":\"{k}\",\"timestamp\":{t},\"payload\":{{\"v\":{t}}}}}\n"))
+        .collect();
+    let input_path = write(&dir, "in.jsonl", &lines_in);
+    let out_path = dir.join("out.jsonl");
+    let config = format!(
+        "[sources.in]\ntype = \"file\"\npath = \"{input_path}\"\n\n[filters.f]\ninputs = [\"in\"]\n{filter}\n\n[outputs.out]\ntype = \"file\"\ninputs = [\"f\"]\npath = \"{}\"\n",
+        out_path.display()
+    );
+    let config_path = write(&dir, "p.toml", &config);
+    let out = patchbay(&["run", &config_path], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read(&out_path).unwrap_or_default();
+    lines(&text)
+        .iter()
+        .map(|s| s["timestamp"].as_i64().unwrap())
+        .collect()
+}
+
+#[test]
+fn run_file_to_file_with_event_clock_throttle() {
+    let input = [
+        (0, "x"),
+        (50, "x"),
+        (99, "x"),
+        (100, "x"),
+        (150, "x"),
+        (260, "x"),
+    ];
+    let leading = run_filter(
+        "type = \"throttle\"\ninterval_ms = 100\nemit = \"leading\"\nclock = \"event\"",
+        &input,
+    );
+    assert_eq!(leading, [0, 100, 260]);
+    let both = run_filter(
+        "type = \"throttle\"\ninterval_ms = 100\nemit = \"both\"\nclock = \"event\"",
+        &input,
+    );
+    assert_eq!(both, [0, 99, 150, 260]);
+    let trailing = run_filter(
+        "type = \"throttle\"\ninterval_ms = 100\nemit = \"trailing\"\nclock = \"event\"",
+        &input,
+    );
+    assert_eq!(trailing, [99, 150, 260]);
+}
+
+#[test]
+fn run_file_to_file_with_sample_and_delta() {
+    let input = [(0, "x"), (10, "x"), (20, "x"), (30, "x"), (40, "x")];
+    assert_eq!(
+        run_filter("type = \"sample\"\nevery = 2", &input),
+        [0, 20, 40]
+    );
+    assert_eq!(
+        run_filter(
+            "type = \"sample\"\ninterval_ms = 25\nclock = \"event\"",
+            &input
+        ),
+        [20, 40]
+    );
+    assert_eq!(
+        run_filter(
+            "type = \"delta\"\npath = \"payload.v\"\nthreshold = 20",
+            &input
+        ),
+        [0, 20, 40]
+    );
+}
+
+#[test]
+fn every_shipped_pipeline_validates_and_its_tests_pass() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        count += 1;
+        let p = path.display().to_string();
+        let out = patchbay(&["validate", &p], "");
+        assert!(
+            out.status.success(),
+            "{p}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = patchbay(&["test", &p], "");
+        assert!(
+            out.status.success(),
+            "{p}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(count >= 3, "at least three example pipelines");
+}
+
+#[test]
+fn config_test_failures_show_a_diff() {
+    let dir = temp_dir("cfgtest");
+    let path = write(
+        &dir,
+        "p.toml",
+        r#"
+[sources.a]
+type = "stdin"
+[filters.w]
+type = "when"
+inputs = ["a"]
+when = { type = "keep" }
+[outputs.o]
+type = "stdout"
+inputs = ["w"]
+[[tests]]
+name = "wrong expectation"
+inputs = [{ insert_at = "a", signal = { type = "keep", payload = { n = 1 } } }]
+outputs = [{ extract_from = "w", expect = [{ payload = { n = 2 } }] }]
+"#,
+    );
+    let out = patchbay(&["test", &path], "");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout.contains("FAILED") && stdout.contains("- {\"payload\":{\"n\":2}}"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 passed, 1 failed"), "{stdout}");
+}
+
+#[test]
+fn graph_draws_dot_and_mermaid() {
+    let out = patchbay(&["graph", "pipelines/token-meter.toml"], "");
+    let dot = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dot.starts_with("digraph") && dot.contains("dropped"),
+        "{dot}"
+    );
+    let out = patchbay(
+        &["graph", "pipelines/token-meter.toml", "--format", "mermaid"],
+        "",
+    );
+    let m = String::from_utf8_lossy(&out.stdout);
+    assert!(m.starts_with("flowchart LR") && m.contains("-->"), "{m}");
+}
