@@ -130,13 +130,27 @@ pub fn readable_line(signal: &Signal, out: &mut String) {
         signal.source
     );
     let p = &signal.payload;
-    let text = ["content", "message", "toolName", "description", "to", "result"]
-        .iter()
-        .find_map(|k| p.get(*k).and_then(|v| v.as_str()));
+    let text = [
+        "content",
+        "message",
+        "toolName",
+        "description",
+        "to",
+        "result",
+    ]
+    .iter()
+    .find_map(|k| p.get(*k).and_then(|v| v.as_str()));
     match text {
         Some(t) => {
-            let _ = write!(out, "{}", serde_json::Value::from(patchbay_signal::truncate(t, 80)));
+            let _ = write!(
+                out,
+                "{}",
+                serde_json::Value::from(patchbay_signal::truncate(t, 80))
+            );
         }
-        None => out.push_str(&patchbay_signal::truncate(&serde_json::Value::Object(p.clone()).to_string(), 100)),
+        None => out.push_str(&patchbay_signal::truncate(
+            &serde_json::Value::Object(p.clone()).to_string(),
+            100,
+        )),
     }
 }

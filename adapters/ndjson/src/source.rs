@@ -87,7 +87,9 @@ impl Source for FileSource {
                     FileFormat::Signals => {
                         read_signals(file, NdjsonDecoder::new(source.clone()), &cx).await?
                     }
-                    FileFormat::Scenario => replay_scenario(file, &source, self.config.speed, &cx).await?,
+                    FileFormat::Scenario => {
+                        replay_scenario(file, &source, self.config.speed, &cx).await?
+                    }
                 };
                 if !done || !self.config.repeat {
                     return Ok(());
@@ -158,7 +160,11 @@ async fn replay_scenario(
         }
         let decoded = match serde_json::from_str::<Value>(&line) {
             Ok(Value::Object(obj)) if is_scenario_line(&obj) => {
-                let delay = obj.get("delayMs").and_then(Value::as_f64).unwrap_or(0.0).max(0.0);
+                let delay = obj
+                    .get("delayMs")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0)
+                    .max(0.0);
                 let wait = delay * speed;
                 if wait > 0.0 {
                     tokio::select! {
@@ -167,7 +173,8 @@ async fn replay_scenario(
                     }
                 }
                 timeline += delay as i64;
-                let mut signal = normalizer.from_value(obj.get("signal").cloned().unwrap_or(Value::Null));
+                let mut signal =
+                    normalizer.from_value(obj.get("signal").cloned().unwrap_or(Value::Null));
                 signal.timestamp = start + timeline;
                 Decoded::Signal(signal)
             }

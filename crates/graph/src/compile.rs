@@ -326,33 +326,40 @@ pub fn compile_with_env(
             Some(t) => match t.get_ref() {
                 DeValue::String(s) => s.to_string(),
                 _ => {
-                    errors.push(file.error(t.span(), format!("{}: `type` must be a string", d.name)));
+                    errors
+                        .push(file.error(t.span(), format!("{}: `type` must be a string", d.name)));
                     failed.push(d.name.clone());
                     continue;
                 }
             },
             None => {
-                errors.push(file.error(
-                    d.name_span.clone(),
-                    format!("{}: missing `type`", d.name),
-                ));
+                errors.push(file.error(d.name_span.clone(), format!("{}: missing `type`", d.name)));
                 failed.push(d.name.clone());
                 continue;
             }
         };
-        let type_span = table.get("type").map(|t| t.span()).unwrap_or(d.name_span.clone());
+        let type_span = table
+            .get("type")
+            .map(|t| t.span())
+            .unwrap_or(d.name_span.clone());
         let mut inputs = Vec::new();
         match (d.section, table.get("inputs")) {
             (Section::Source, Some(v)) => {
                 errors.push(file.error(
                     v.span(),
-                    format!("{}: a source has no `inputs` (declare it under [filters] or [outputs])", d.name),
+                    format!(
+                        "{}: a source has no `inputs` (declare it under [filters] or [outputs])",
+                        d.name
+                    ),
                 ));
             }
             (Section::Source, None) => {}
             (_, None) => errors.push(file.error(
                 d.name_span.clone(),
-                format!("{}: missing `inputs` (the sources or filters it reads)", d.name),
+                format!(
+                    "{}: missing `inputs` (the sources or filters it reads)",
+                    d.name
+                ),
             )),
             (_, Some(v)) => match v.get_ref() {
                 DeValue::Array(items) if !items.is_empty() => {
@@ -513,10 +520,9 @@ pub fn compile_with_env(
                         let name = input.get_ref();
                         name == f || name.strip_suffix(".dropped") == Some(f)
                     }) => {}
-                Err(message) => errors.push(file.error(
-                    input.span(),
-                    format!("{}: {message}", nodes[i].name),
-                )),
+                Err(message) => {
+                    errors.push(file.error(input.span(), format!("{}: {message}", nodes[i].name)))
+                }
             }
         }
     }
@@ -546,7 +552,10 @@ pub fn compile_with_env(
     let mut tests = Vec::new();
     for (fi, value) in test_tables {
         let DeValue::Array(items) = value.get_ref() else {
-            errors.push(files[fi].error(value.span(), "`tests` must be an array of tables: write [[tests]]"));
+            errors.push(files[fi].error(
+                value.span(),
+                "`tests` must be an array of tables: write [[tests]]",
+            ));
             continue;
         };
         for item in items.iter() {
@@ -564,7 +573,10 @@ pub fn compile_with_env(
                                     "test `{}`: `{}` is not a source or filter{}",
                                     t.name,
                                     input.insert_at,
-                                    suggestion(&input.insert_at, by_name.keys().map(String::as_str))
+                                    suggestion(
+                                        &input.insert_at,
+                                        by_name.keys().map(String::as_str)
+                                    )
                                 ),
                             ));
                         }
@@ -579,7 +591,10 @@ pub fn compile_with_env(
                                     "test `{}`: `{}` is not a source or filter output{}",
                                     t.name,
                                     output.extract_from,
-                                    suggestion(&output.extract_from, by_name.keys().map(String::as_str))
+                                    suggestion(
+                                        &output.extract_from,
+                                        by_name.keys().map(String::as_str)
+                                    )
                                 ),
                             ));
                         }
@@ -633,7 +648,11 @@ impl OutputCommon {
                         ));
                     }
                 },
-                _ => return Err(file.error(v.span(), format!("{name}: `when_full` must be a string"))),
+                _ => {
+                    return Err(
+                        file.error(v.span(), format!("{name}: `when_full` must be a string"))
+                    );
+                }
             },
         };
         let queue = match table.get("queue") {
@@ -641,9 +660,15 @@ impl OutputCommon {
             Some(v) => match v.get_ref() {
                 DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
                     Ok(n) if n >= 1 => n as usize,
-                    _ => return Err(file.error(v.span(), format!("{name}: `queue` must be at least 1"))),
+                    _ => {
+                        return Err(
+                            file.error(v.span(), format!("{name}: `queue` must be at least 1"))
+                        );
+                    }
                 },
-                _ => return Err(file.error(v.span(), format!("{name}: `queue` must be an integer"))),
+                _ => {
+                    return Err(file.error(v.span(), format!("{name}: `queue` must be an integer")));
+                }
             },
         };
         Ok(OutputCommon { when_full, queue })
@@ -696,7 +721,9 @@ fn resolve(
                 from: i,
                 port: Port::Dropped,
             }]),
-            _ => Err(format!("`{filter}` is not a filter, so it has no `.dropped` output")),
+            _ => Err(format!(
+                "`{filter}` is not a filter, so it has no `.dropped` output"
+            )),
         };
     }
     let mut candidates: Vec<String> = Vec::new();
@@ -720,7 +747,12 @@ fn find_cycle(nodes: &[Node]) -> Option<Vec<usize>> {
         Active,
         Done,
     }
-    fn visit(i: usize, nodes: &[Node], marks: &mut [Mark], stack: &mut Vec<usize>) -> Option<Vec<usize>> {
+    fn visit(
+        i: usize,
+        nodes: &[Node],
+        marks: &mut [Mark],
+        stack: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
         marks[i] = Mark::Active;
         stack.push(i);
         for e in &nodes[i].inputs {

@@ -100,7 +100,13 @@ impl Engine {
     }
 
     /// Inserts a signal: as the input of a filter, or as the output of any other node.
-    pub fn inject(&mut self, node: usize, signal: SharedSignal, wall_now: i64, sink: &mut Sink<'_>) {
+    pub fn inject(
+        &mut self,
+        node: usize,
+        signal: SharedSignal,
+        wall_now: i64,
+        sink: &mut Sink<'_>,
+    ) {
         if matches!(self.slots.get(node), Some(Slot::Filter(_))) {
             self.run_filter(node, signal, wall_now, sink);
         } else {
@@ -186,7 +192,14 @@ impl Engine {
         }
     }
 
-    fn deliver(&mut self, from: usize, port: Port, signal: SharedSignal, wall_now: i64, sink: &mut Sink<'_>) {
+    fn deliver(
+        &mut self,
+        from: usize,
+        port: Port,
+        signal: SharedSignal,
+        wall_now: i64,
+        sink: &mut Sink<'_>,
+    ) {
         for tap in self.taps.iter_mut() {
             if tap.0 == from && tap.1 == port {
                 tap.2.push(Arc::clone(&signal));
@@ -205,7 +218,13 @@ impl Engine {
         }
     }
 
-    fn run_filter(&mut self, node: usize, signal: SharedSignal, wall_now: i64, sink: &mut Sink<'_>) {
+    fn run_filter(
+        &mut self,
+        node: usize,
+        signal: SharedSignal,
+        wall_now: i64,
+        sink: &mut Sink<'_>,
+    ) {
         ComponentStats::add(&self.stats[node].received, 1);
         let mut emit = self.spare.pop().unwrap_or_default();
         if let Slot::Filter(f) = &mut self.slots[node] {

@@ -124,6 +124,8 @@ impl FilterSpec {
 
 impl std::fmt::Debug for FilterSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FilterSpec").field("clock", &self.clock).finish()
+        f.debug_struct("FilterSpec")
+            .field("clock", &self.clock)
+            .finish()
     }
 }

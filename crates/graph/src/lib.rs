@@ -17,7 +17,9 @@ pub mod telemetry;
 pub mod testing;
 
 pub use compile::{Graph, Node, NodeKind, compile, read_config_paths};
-pub use component::{BoxFuture, ComponentError, Output, OutputContext, Shutdown, Source, SourceContext};
+pub use component::{
+    BoxFuture, ComponentError, Output, OutputContext, Shutdown, Source, SourceContext,
+};
 pub use config::{Diagnostic, Options, SourceText};
 pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
 pub use queue::{SignalQueue, WhenFull};

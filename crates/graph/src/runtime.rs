@@ -84,7 +84,13 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
         let name = node.name;
         match node.kind {
             NodeKind::Source(source) => {
-                let cx = SourceContext::new(i, name, tx.clone(), Arc::clone(&stats[i]), shutdown.clone());
+                let cx = SourceContext::new(
+                    i,
+                    name,
+                    tx.clone(),
+                    Arc::clone(&stats[i]),
+                    shutdown.clone(),
+                );
                 let tx = tx.clone();
                 let st = Arc::clone(&stats[i]);
                 sources.spawn(async move {

@@ -134,13 +134,19 @@ impl ComponentStats {
     pub fn record_error(&self, error: impl std::fmt::Display) {
         let message = error.to_string();
         tracing::warn!(component = %self.name, "{message}");
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error = Some(message);
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_error = Some(message);
     }
 
     /// Counts one bad input and records why.
     pub fn bad_input(&self, error: impl std::fmt::Display) {
         Self::add(&self.bad_input, 1);
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error = Some(error.to_string());
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_error = Some(error.to_string());
     }
 
     /// The current health state.
@@ -158,7 +164,11 @@ impl ComponentStats {
 
     /// A consistent-enough snapshot (each counter read once).
     pub fn snapshot(&self) -> ComponentSnapshot {
-        let h = self.health.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let h = self
+            .health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         ComponentSnapshot {
             name: self.name.clone(),
             type_name: self.type_name.clone(),
@@ -170,7 +180,11 @@ impl ComponentStats {
             sent: self.sent.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             bad_input: self.bad_input.load(Ordering::Relaxed),
-            gauges: self.gauges.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            gauges: self
+                .gauges
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 }
@@ -206,10 +220,26 @@ impl Telemetry {
         let mut out = String::new();
         type Counter = (&'static str, &'static str, fn(&ComponentSnapshot) -> u64);
         let counters: [Counter; 4] = [
-            ("patchbay_received_total", "Signals received by a component.", |s| s.received),
-            ("patchbay_sent_total", "Signals passed on by a component.", |s| s.sent),
-            ("patchbay_dropped_total", "Signals dropped by a component's configured decision.", |s| s.dropped),
-            ("patchbay_bad_input_total", "Unusable inputs reported by a component.", |s| s.bad_input),
+            (
+                "patchbay_received_total",
+                "Signals received by a component.",
+                |s| s.received,
+            ),
+            (
+                "patchbay_sent_total",
+                "Signals passed on by a component.",
+                |s| s.sent,
+            ),
+            (
+                "patchbay_dropped_total",
+                "Signals dropped by a component's configured decision.",
+                |s| s.dropped,
+            ),
+            (
+                "patchbay_bad_input_total",
+                "Unusable inputs reported by a component.",
+                |s| s.bad_input,
+            ),
         ];
         for (metric, help, get) in counters {
             let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
@@ -248,5 +278,7 @@ impl Telemetry {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

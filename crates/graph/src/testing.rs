@@ -120,7 +120,10 @@ fn diff(node: &str, expected: &[Value], actual: &[Value]) -> String {
         let a = actual.get(i);
         let same = matches!((e, a), (Some(e), Some(a)) if subset(e, a));
         if same {
-            out.push_str(&format!("    {}\n", a.map(Value::to_string).unwrap_or_default()));
+            out.push_str(&format!(
+                "    {}\n",
+                a.map(Value::to_string).unwrap_or_default()
+            ));
         } else {
             if let Some(e) = e {
                 out.push_str(&format!("  - {e}\n"));

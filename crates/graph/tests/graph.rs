@@ -6,8 +6,7 @@ use patchbay_graph::engine::Engine;
 use patchbay_graph::runtime::telemetry_for;
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, Emit, Filter, FilterSpec, Graph, NodeKind, Options,
-    Output, OutputContext, OutputKind, Registry, Source, SourceContext,
-    SourceText, WhenFull,
+    Output, OutputContext, OutputKind, Registry, Source, SourceContext, SourceText, WhenFull,
 };
 use patchbay_signal::{SharedSignal, Signal};
 use serde::Deserialize;
@@ -59,13 +58,16 @@ impl Filter for KeepFilter {
 
 fn registry() -> Registry {
     let mut r = Registry::new();
-    r.source("idle", |o: &Options<'_>| -> Result<Box<dyn Source>, Diagnostic> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Empty {}
-        let _: Empty = o.parse()?;
-        Ok(Box::new(Idle))
-    });
+    r.source(
+        "idle",
+        |o: &Options<'_>| -> Result<Box<dyn Source>, Diagnostic> {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Empty {}
+            let _: Empty = o.parse()?;
+            Ok(Box::new(Idle))
+        },
+    );
     r.filter("keep", |o: &Options<'_>| {
         let c: KeepConfig = o.parse()?;
         let hold = c.hold;
@@ -79,7 +81,13 @@ fn registry() -> Registry {
         when_full: WhenFull::Block,
     };
     r.output("sink", output);
-    r.output("twoway", OutputKind { inbound: true, ..output });
+    r.output(
+        "twoway",
+        OutputKind {
+            inbound: true,
+            ..output
+        },
+    );
     r
 }
 
@@ -126,13 +134,24 @@ fn errors_point_at_their_place() {
     .unwrap_err();
     let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
     assert!(text.iter().any(|e| e.contains("cycle")), "{text:?}");
-    assert!(text.iter().any(|e| e.starts_with("g.toml:11:11: o: `o` is an output")), "{text:?}");
+    assert!(
+        text.iter()
+            .any(|e| e.starts_with("g.toml:11:11: o: `o` is an output")),
+        "{text:?}"
+    );
 }
 
 #[test]
 fn duplicate_names_across_sections() {
-    let errs = compile("[sources.a]\ntype = \"idle\"\n[filters.a]\ntype = \"keep\"\ninputs = [\"a\"]\n").unwrap_err();
-    assert!(errs[0].message.contains("declared twice (first at g.toml:1:10)"), "{errs:?}");
+    let errs =
+        compile("[sources.a]\ntype = \"idle\"\n[filters.a]\ntype = \"keep\"\ninputs = [\"a\"]\n")
+            .unwrap_err();
+    assert!(
+        errs[0]
+            .message
+            .contains("declared twice (first at g.toml:1:10)"),
+        "{errs:?}"
+    );
 }
 
 #[test]
@@ -166,7 +185,11 @@ inputs = ["g.dropped"]
     }
     assert_eq!(out, [(4, "other".to_owned()), (3, "keep".to_owned())]);
     engine.end(0, 0, &mut |o, s| out.push((o, s.kind.clone())));
-    assert_eq!(out.len(), 3, "the held signal is flushed when its input ends");
+    assert_eq!(
+        out.len(),
+        3,
+        "the held signal is flushed when its input ends"
+    );
     assert_eq!(out[2].0, 3);
     let f = stats[1].snapshot();
     assert_eq!((f.received, f.sent, f.dropped), (3, 2, 1));

@@ -97,7 +97,8 @@ impl NdjsonDecoder {
 impl StreamDecoder for NdjsonDecoder {
     fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
         let normalizer = &mut self.normalizer;
-        self.lines.feed(bytes, |line| push_line(normalizer, line, out));
+        self.lines
+            .feed(bytes, |line| push_line(normalizer, line, out));
     }
 
     fn finish(&mut self, out: &mut Vec<Decoded>) {
@@ -109,7 +110,9 @@ impl StreamDecoder for NdjsonDecoder {
 fn push_line(normalizer: &mut Normalizer, line: Result<&str, &str>, out: &mut Vec<Decoded>) {
     match line {
         Ok(text) => out.extend(decode_line(normalizer, text)),
-        Err(cut) => out.push(Decoded::BadInput(normalizer.bad_input(cut, "line too long"))),
+        Err(cut) => out.push(Decoded::BadInput(
+            normalizer.bad_input(cut, "line too long"),
+        )),
     }
 }
 
@@ -199,7 +202,10 @@ mod tests {
         d.feed(br#"{"delayMs":80,"signal":{"id":"sig-1","type":"x","timestamp":0,"source":"adapter:emitter","payload":{}}}"#, &mut out);
         d.finish(&mut out);
         let s = out.pop().unwrap().into_signal();
-        assert_eq!((s.id.as_str(), s.kind.as_str(), s.timestamp), ("sig-1", "x", 0));
+        assert_eq!(
+            (s.id.as_str(), s.kind.as_str(), s.timestamp),
+            ("sig-1", "x", 0)
+        );
         assert_eq!(s.source, "adapter:emitter");
     }
 
@@ -207,20 +213,28 @@ mod tests {
     fn recorded_lines() {
         assert_eq!(
             recorded_line(json!({"t": 1, "dir": "in", "frame": {"x": 1}})),
-            RecordedLine::Incoming { t: Some(1), frame: json!({"x": 1}) }
+            RecordedLine::Incoming {
+                t: Some(1),
+                frame: json!({"x": 1})
+            }
         );
         assert_eq!(
             recorded_line(json!({"t": 1, "dir": "out", "msg": {}})),
             RecordedLine::Other
         );
-        assert_eq!(recorded_line(json!({"kind": "event"})), RecordedLine::Bare(json!({"kind": "event"})));
+        assert_eq!(
+            recorded_line(json!({"kind": "event"})),
+            RecordedLine::Bare(json!({"kind": "event"}))
+        );
     }
 
     #[test]
     fn overlong_lines_are_reported() {
         let mut s = LineSplitter::with_max_line(4);
         let mut seen = Vec::new();
-        s.feed(b"ab\nabcdefgh\nxy", |l| seen.push(l.map(str::to_owned).map_err(str::to_owned)));
+        s.feed(b"ab\nabcdefgh\nxy", |l| {
+            seen.push(l.map(str::to_owned).map_err(str::to_owned))
+        });
         s.finish(|l| seen.push(l.map(str::to_owned).map_err(str::to_owned)));
         assert_eq!(seen[0], Ok("ab".to_owned()));
         assert!(seen[1].is_err());

@@ -156,12 +156,26 @@ mod tests {
 
     #[test]
     fn envelope_field_names_match_the_schema() {
-        let s = Signal::new("text_delta", "test:a", object! {"agentId" => "a", "content" => "x"})
-            .at(0)
-            .correlated("c1");
+        let s = Signal::new(
+            "text_delta",
+            "test:a",
+            object! {"agentId" => "a", "content" => "x"},
+        )
+        .at(0)
+        .correlated("c1");
         let v = s.to_value();
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(keys, ["id", "type", "timestamp", "source", "correlationId", "payload"]);
+        assert_eq!(
+            keys,
+            [
+                "id",
+                "type",
+                "timestamp",
+                "source",
+                "correlationId",
+                "payload"
+            ]
+        );
         patchbay_testkit::assert_schema_valid(&v);
     }
 

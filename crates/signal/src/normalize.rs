@@ -285,7 +285,8 @@ mod tests {
 
     #[test]
     fn well_known_payloads_are_repaired() {
-        let s = n().from_value(json!({"type": "text_delta", "payload": {"content": "x", "foo": 1}}));
+        let s =
+            n().from_value(json!({"type": "text_delta", "payload": {"content": "x", "foo": 1}}));
         assert_eq!(s.kind, "text_delta");
         assert_eq!(s.payload["agentId"], "test:n");
         assert_eq!(s.meta("extra").unwrap()["foo"], 1);

@@ -132,8 +132,7 @@ pub fn json_eq(a: &Value, b: &Value) -> bool {
 
 fn json_eq_obj(x: &Object, y: &Object) -> bool {
     x.len() == y.len()
-        && x
-            .iter()
+        && x.iter()
             .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
 }
 
@@ -180,14 +179,23 @@ impl Path {
 
     /// The value at this path, if any.
     pub fn get<'a>(&self, signal: &'a Signal) -> Option<Found<'a>> {
-        let scalar = |f: Found<'a>| if self.segments.is_empty() { Some(f) } else { None };
+        let scalar = |f: Found<'a>| {
+            if self.segments.is_empty() {
+                Some(f)
+            } else {
+                None
+            }
+        };
         let map = match self.root {
             Root::Id => return scalar(Found::Str(&signal.id)),
             Root::Type => return scalar(Found::Str(&signal.kind)),
             Root::Source => return scalar(Found::Str(&signal.source)),
             Root::Timestamp => return scalar(Found::Int(signal.timestamp)),
             Root::CorrelationId => {
-                return signal.correlation_id.as_deref().and_then(|c| scalar(Found::Str(c)));
+                return signal
+                    .correlation_id
+                    .as_deref()
+                    .and_then(|c| scalar(Found::Str(c)));
             }
             Root::Metadata => signal.metadata.as_ref()?,
             Root::Payload => &signal.payload,
@@ -249,9 +257,7 @@ impl Path {
             path: self.text.clone(),
             expected,
         };
-        if !self.segments.is_empty()
-            && !matches!(self.root, Root::Metadata | Root::Payload)
-        {
+        if !self.segments.is_empty() && !matches!(self.root, Root::Metadata | Root::Payload) {
             return Err(PathError::NotContainer(self.text.clone()));
         }
         let map = match self.root {
@@ -381,16 +387,33 @@ mod tests {
     #[test]
     fn set_and_take() {
         let mut s = sig();
-        Path::parse("payload.a.b").unwrap().set(&mut s, json!(1)).unwrap();
+        Path::parse("payload.a.b")
+            .unwrap()
+            .set(&mut s, json!(1))
+            .unwrap();
         assert_eq!(s.payload["a"]["b"], 1);
-        Path::parse("type").unwrap().set(&mut s, json!("control.pause")).unwrap();
+        Path::parse("type")
+            .unwrap()
+            .set(&mut s, json!("control.pause"))
+            .unwrap();
         assert_eq!(s.kind, "control.pause");
-        assert!(Path::parse("timestamp").unwrap().set(&mut s, json!("x")).is_err());
+        assert!(
+            Path::parse("timestamp")
+                .unwrap()
+                .set(&mut s, json!("x"))
+                .is_err()
+        );
         assert_eq!(Path::parse("note").unwrap().take(&mut s), Some(json!(36)));
         assert!(!s.payload.contains_key("note"));
-        assert_eq!(Path::parse("type").unwrap().take(&mut s), Some(json!("control.pause")));
+        assert_eq!(
+            Path::parse("type").unwrap().take(&mut s),
+            Some(json!("control.pause"))
+        );
         assert_eq!(s.kind, "control.pause");
-        Path::parse("metadata.seq").unwrap().set(&mut s, json!(3)).unwrap();
+        Path::parse("metadata.seq")
+            .unwrap()
+            .set(&mut s, json!(3))
+            .unwrap();
         assert_eq!(s.meta("seq"), Some(&json!(3)));
     }
 

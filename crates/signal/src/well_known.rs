@@ -294,65 +294,93 @@ const fn opt(name: &'static str, kind: Kind) -> Field {
 fn spec(kind: &str) -> Option<&'static [Field]> {
     use Kind::*;
     Some(match kind {
-        "task_dispatch" => &const { [
-            req("taskId", Str),
-            req("from", Str),
-            req("to", Str),
-            opt("description", Str),
-        ] },
-        "tool_call" => &const { [
-            req("toolName", Str),
-            req("agentId", Str),
-            opt("callId", Str),
-            opt("input", Obj),
-        ] },
-        "tool_result" => &const { [
-            req("toolName", Str),
-            req("agentId", Str),
-            opt("callId", Str),
-            req("success", Bool),
-            opt("output", Obj),
-        ] },
-        "token_usage" => &const { [
-            req("agentId", Str),
-            req("promptTokens", Count),
-            req("completionTokens", Count),
-            opt("model", Str),
-            opt("cost", Amount),
-        ] },
-        "agent_state_change" => &const { [
-            req("agentId", Str),
-            req("from", State),
-            req("to", State),
-            opt("reason", Str),
-        ] },
-        "error" => &const { [
-            opt("agentId", Str),
-            opt("code", Str),
-            req("message", Str),
-            req("severity", Severity),
-        ] },
-        "completion" => &const { [
-            req("taskId", Str),
-            opt("agentId", Str),
-            req("success", Bool),
-            opt("result", Str),
-        ] },
-        "text_delta" => &const { [
-            req("agentId", Str),
-            req("content", Str),
-            opt("contentType", ContentType),
-            opt("index", Count),
-        ] },
+        "task_dispatch" => {
+            &const {
+                [
+                    req("taskId", Str),
+                    req("from", Str),
+                    req("to", Str),
+                    opt("description", Str),
+                ]
+            }
+        }
+        "tool_call" => {
+            &const {
+                [
+                    req("toolName", Str),
+                    req("agentId", Str),
+                    opt("callId", Str),
+                    opt("input", Obj),
+                ]
+            }
+        }
+        "tool_result" => {
+            &const {
+                [
+                    req("toolName", Str),
+                    req("agentId", Str),
+                    opt("callId", Str),
+                    req("success", Bool),
+                    opt("output", Obj),
+                ]
+            }
+        }
+        "token_usage" => {
+            &const {
+                [
+                    req("agentId", Str),
+                    req("promptTokens", Count),
+                    req("completionTokens", Count),
+                    opt("model", Str),
+                    opt("cost", Amount),
+                ]
+            }
+        }
+        "agent_state_change" => {
+            &const {
+                [
+                    req("agentId", Str),
+                    req("from", State),
+                    req("to", State),
+                    opt("reason", Str),
+                ]
+            }
+        }
+        "error" => {
+            &const {
+                [
+                    opt("agentId", Str),
+                    opt("code", Str),
+                    req("message", Str),
+                    req("severity", Severity),
+                ]
+            }
+        }
+        "completion" => {
+            &const {
+                [
+                    req("taskId", Str),
+                    opt("agentId", Str),
+                    req("success", Bool),
+                    opt("result", Str),
+                ]
+            }
+        }
+        "text_delta" => {
+            &const {
+                [
+                    req("agentId", Str),
+                    req("content", Str),
+                    opt("contentType", ContentType),
+                    opt("index", Count),
+                ]
+            }
+        }
         "thinking" => &const { [req("agentId", Str), req("content", Str)] },
         "user.click" => &const { [req("target", Str), opt("position", Position)] },
         "user.move" => &const { [req("entityId", Str), req("toSlot", Str), opt("toZone", Str)] },
         "user.zone" => &const { [req("bounds", Bounds), opt("intent", Str)] },
-        "user.command" => &const { [
-            req("entityId", Str),
-            req("action", Str),
-            opt("params", Obj),
-        ] },
+        "user.command" => &const { [req("entityId", Str), req("action", Str), opt("params", Obj)] },
         "user.point" => &const { [req("position", Position), opt("zone", Str)] },
         _ => return None,
     })
@@ -447,7 +475,10 @@ pub fn check(kind: &str, payload: &Object) -> Result<(), Invalid> {
             Some(_) => {}
         }
     }
-    match payload.keys().find(|k| !fields.iter().any(|f| f.name == *k)) {
+    match payload
+        .keys()
+        .find(|k| !fields.iter().any(|f| f.name == *k))
+    {
         Some(extra) => Err(Invalid::Unknown(extra.clone())),
         None => Ok(()),
     }
@@ -565,10 +596,20 @@ mod tests {
 
     #[test]
     fn unrepairable_becomes_invalid_type() {
-        let mut s = Signal::new("agent_state_change", "x:y", object! {"from" => "idle", "to" => "flying"});
+        let mut s = Signal::new(
+            "agent_state_change",
+            "x:y",
+            object! {"from" => "idle", "to" => "flying"},
+        );
         repair(&mut s);
         assert_eq!(s.kind, "invalid.agent_state_change");
-        assert!(s.meta("invalid").unwrap().as_str().unwrap().contains("`to`"));
+        assert!(
+            s.meta("invalid")
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .contains("`to`")
+        );
         assert_eq!(s.payload["agentId"], "x:y");
     }
 

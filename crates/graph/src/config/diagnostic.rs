@@ -27,7 +27,11 @@ impl SourceText {
         let before = self.text.get(..offset).unwrap_or(&self.text);
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
-        let col = before.get(line_start..).map(|s| s.chars().count()).unwrap_or(0) + 1;
+        let col = before
+            .get(line_start..)
+            .map(|s| s.chars().count())
+            .unwrap_or(0)
+            + 1;
         (line, col)
     }
 
@@ -72,7 +76,11 @@ impl fmt::Display for Diagnostic {
             // Not about a place in the file (it could not be read).
             write!(f, "{}: {}", self.file, self.message)
         } else {
-            write!(f, "{}:{}:{}: {}", self.file, self.line, self.col, self.message)
+            write!(
+                f,
+                "{}:{}:{}: {}",
+                self.file, self.line, self.col, self.message
+            )
         }
     }
 }
@@ -107,7 +115,10 @@ impl fmt::Display for Location {
 }
 
 /// The closest of `candidates` to `name`, if close enough to be a likely typo.
-pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let limit = (name.chars().count() / 2).max(2);
     candidates
         .into_iter()
@@ -153,7 +164,10 @@ mod tests {
 
     #[test]
     fn suggestions() {
-        assert_eq!(did_you_mean("thrRottle", ["throttle", "sample"]), Some("throttle"));
+        assert_eq!(
+            did_you_mean("thrRottle", ["throttle", "sample"]),
+            Some("throttle")
+        );
         assert_eq!(did_you_mean("zzz", ["throttle", "sample"]), None);
     }
 }

@@ -46,15 +46,17 @@ pub fn substitute(
             rest = tail;
             changed = true;
         } else if let Some(tail) = after.strip_prefix('{') {
-            let end = tail
-                .find('}')
-                .ok_or_else(|| "unterminated `${` in string (write `$$` for a literal `$`)".to_owned())?;
+            let end = tail.find('}').ok_or_else(|| {
+                "unterminated `${` in string (write `$$` for a literal `$`)".to_owned()
+            })?;
             let name = &tail[..end];
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(format!("`${{{name}}}` is not a valid environment variable name"));
+                return Err(format!(
+                    "`${{{name}}}` is not a valid environment variable name"
+                ));
             }
-            let value = lookup(name)
-                .ok_or_else(|| format!("environment variable `{name}` is not set"))?;
+            let value =
+                lookup(name).ok_or_else(|| format!("environment variable `{name}` is not set"))?;
             out.push_str(&value);
             secrets.values.push((name.to_owned(), value));
             rest = &tail[end + 1..];
@@ -117,7 +119,11 @@ mod tests {
     #[test]
     fn missing_and_malformed() {
         let mut s = Secrets::default();
-        assert!(substitute("${NOPE}", &env, &mut s).unwrap_err().contains("NOPE"));
+        assert!(
+            substitute("${NOPE}", &env, &mut s)
+                .unwrap_err()
+                .contains("NOPE")
+        );
         assert!(substitute("${TOKEN", &env, &mut s).is_err());
         assert!(substitute("${A-B}", &env, &mut s).is_err());
     }

@@ -5,6 +5,6 @@ mod env;
 mod options;
 
 pub use diagnostic::{Diagnostic, Location, SourceText, did_you_mean, suggestion};
-pub(crate) use env::substitute_tree as env_substitute;
 pub use env::Secrets;
+pub(crate) use env::substitute_tree as env_substitute;
 pub use options::Options;

@@ -75,7 +75,10 @@ impl<'a> Options<'a> {
     /// An error located at the value of `key` (a dotted path into nested tables), or at
     /// the component when the key is absent.
     pub fn error_at(&self, key: &str, message: impl AsRef<str>) -> Diagnostic {
-        let span = self.find(key).map(|v| v.span()).unwrap_or_else(|| self.value.span());
+        let span = self
+            .find(key)
+            .map(|v| v.span())
+            .unwrap_or_else(|| self.value.span());
         self.error_span(span, message.as_ref().to_owned())
     }
 
@@ -119,11 +122,7 @@ fn improve(message: &str) -> String {
         return message.to_owned();
     };
     let name = &rest[..end];
-    let candidates: Vec<&str> = rest[end + 1..]
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .collect();
+    let candidates: Vec<&str> = rest[end + 1..].split('`').skip(1).step_by(2).collect();
     format!("{message}{}", suggestion(name, candidates))
 }
 

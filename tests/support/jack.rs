@@ -1,0 +1,189 @@
+//! A JACK server with its dummy driver, for tests that need real MIDI ports in user space.
+//!
+//! One named server per test run (`jackd -n NAME -r -d dummy`), so concurrent runs do not
+//! see each other; clients find it through `JACK_DEFAULT_SERVER=NAME`. Readiness is polled
+//! with `jack_lsp` (jackd accepts clients about 0.3 s after it starts). A killed server
+//! leaves its shared-memory files (`/dev/shm/jack_NAME_0_0`, `jack_sem.*_NAME_*`) behind:
+//! they are removed on kill and before every start.
+//!
+//! Included with `#[path]` by the tests that need it (the root `tests/midi_jack.rs` and
+//! `adapters/midi/tests/jack.rs`).
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What to run when jackd is missing.
+pub const INSTALL: &str = "install JACK with `apt-get install -y --no-install-recommends jackd2 \
+                           libjack-jackd2-dev` (the step in .ci/run)";
+
+/// How long a server may take to accept clients before the test fails (a failure guard,
+/// not a timing assertion).
+const READY_GUARD: Duration = Duration::from_secs(20);
+
+/// A running (or killed) JACK server.
+pub struct JackServer {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl JackServer {
+    /// Starts a server named `pb-<tag>-<pid>` and waits until it accepts clients. Panics
+    /// with the install step when jackd is not installed.
+    pub fn start(tag: &str) -> JackServer {
+        let name = format!("pb-{tag}-{}", std::process::id());
+        let log = std::env::temp_dir().join(format!("{name}.jackd.log"));
+        let mut server = JackServer {
+            name,
+            child: None,
+            log,
+        };
+        server.spawn();
+        server
+    }
+
+    /// The server name (the value of `JACK_DEFAULT_SERVER` for clients).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the server process is running.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Kills the server (SIGKILL, as a crash) and removes what it leaves behind.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        remove_leftovers(&self.name);
+    }
+
+    /// Starts the server again under the same name.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// The server's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The ports the server lists (`jack_lsp`), for failure messages.
+    pub fn ports(&self) -> String {
+        Command::new("jack_lsp")
+            .env("JACK_DEFAULT_SERVER", &self.name)
+            .env("JACK_NO_START_SERVER", "1")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    fn spawn(&mut self) {
+        remove_leftovers(&self.name);
+        let log = std::fs::File::create(&self.log).expect("create the jackd log file");
+        let log_err = log.try_clone().expect("clone the jackd log file");
+        let child = Command::new("jackd")
+            .args(["-n", &self.name, "-r", "-d", "dummy"])
+            .env("JACK_NO_AUDIO_RESERVATION", "1")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn();
+        let child = match child {
+            Ok(child) => child,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                panic!("jackd is not installed: {INSTALL}")
+            }
+            Err(err) => panic!("cannot start jackd: {err}"),
+        };
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Polls `jack_lsp` until the server answers.
+    fn wait_ready(&mut self) {
+        let started = Instant::now();
+        loop {
+            let probe = Command::new("jack_lsp")
+                .env("JACK_DEFAULT_SERVER", &self.name)
+                .env("JACK_NO_START_SERVER", "1")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            match probe {
+                Ok(status) if status.success() => return,
+                Ok(_) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                    panic!("jack_lsp is not installed: {INSTALL}")
+                }
+                Err(err) => panic!("cannot run jack_lsp: {err}"),
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "jackd exited ({status}) before accepting clients:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                started.elapsed() < READY_GUARD,
+                "jackd `{}` did not accept clients within {READY_GUARD:?}:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for JackServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Removes the shared-memory files a server named `name` leaves when killed.
+fn remove_leftovers(name: &str) {
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    let middle = format!("_{name}_");
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if file.starts_with("jack") && file.contains(&middle) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, failing with `what` (and `context()`)
+/// after `guard`: a failure guard for events that must happen, never a timing assertion.
+pub fn wait_for<T>(
+    what: &str,
+    guard: Duration,
+    mut check: impl FnMut() -> Option<T>,
+    context: impl Fn() -> String,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            started.elapsed() < guard,
+            "timed out after {guard:?} waiting for {what}\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
