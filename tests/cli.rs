@@ -348,3 +348,48 @@ fn graph_draws_dot_and_mermaid() {
     let m = String::from_utf8_lossy(&out.stdout);
     assert!(m.starts_with("flowchart LR") && m.contains("-->"), "{m}");
 }
+
+#[test]
+fn sigterm_stops_sources_flushes_filters_and_exits_zero() {
+    let dir = temp_dir("sigterm");
+    let out_path = dir.join("out.jsonl");
+    let config = format!(
+        "[sources.in]\ntype = \"stdin\"\n\n[filters.t]\ntype = \"throttle\"\ninputs = [\"in\"]\ninterval_ms = 3600000\nemit = \"both\"\n\n[outputs.out]\ntype = \"file\"\ninputs = [\"t\"]\npath = \"{}\"\n",
+        out_path.display()
+    );
+    let config_path = write(&dir, "p.toml", &config);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .args(["run", &config_path])
+        .env("PATCHBAY_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("patchbay starts");
+    // stdin stays open: the source never ends by itself.
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(b"{\"type\":\"first\"}\n{\"type\":\"held\"}\n")
+        .expect("write");
+    stdin.flush().expect("flush");
+    // Wait (bounded) until the first signal has gone through: the second is then held by
+    // the throttle for an hour.
+    let guard = std::time::Instant::now();
+    while std::fs::read_to_string(&out_path).map_or(true, |t| !t.contains("first")) {
+        assert!(guard.elapsed().as_secs() < 60, "first signal never arrived");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("exits");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let kinds: Vec<String> = lines(&std::fs::read(&out_path).unwrap())
+        .iter()
+        .map(|s| s["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, ["first", "held"], "the held signal is flushed on shutdown");
+    drop(stdin);
+}

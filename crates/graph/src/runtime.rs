@@ -150,22 +150,6 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
     drop(tx);
 
     let mut pending: Vec<(usize, SharedSignal)> = Vec::new();
-    let deliver = |pending: &mut Vec<(usize, SharedSignal)>| {
-        let queues = &queues;
-        let stats = &stats;
-        let items: Vec<(usize, SharedSignal)> = std::mem::take(pending);
-        async move {
-            for (node, signal) in items {
-                let Some(q) = &queues[node] else { continue };
-                match q.push(signal).await {
-                    Pushed::Queued => {}
-                    Pushed::DroppedOldest(_) | Pushed::DroppedNewest | Pushed::Closed => {
-                        ComponentStats::add(&stats[node].dropped, 1)
-                    }
-                }
-            }
-        }
-    };
 
     let stop = std::pin::pin!(stop);
     let mut stop = stop;
@@ -200,7 +184,7 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
                         engine.end(node, now_ms(), &mut |o, s| pending.push((o, s)));
                         sources_left = sources_left.saturating_sub(1);
                         if sources_left == 0 && (finite || stopping.is_some()) {
-                            deliver(&mut pending).await;
+                            deliver(&mut pending, &queues, &stats).await;
                             break;
                         }
                     }
@@ -219,9 +203,9 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
             }
             match stopping {
                 Some(at) => {
-                    let _ = tokio::time::timeout_at(at, deliver(&mut pending)).await;
+                    let _ = tokio::time::timeout_at(at, deliver(&mut pending, &queues, &stats)).await;
                 }
-                None => deliver(&mut pending).await,
+                None => deliver(&mut pending, &queues, &stats).await,
             }
         }
     }
@@ -231,11 +215,11 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
     engine.end_all(now_ms(), &mut |o, s| pending.push((o, s)));
     let drain_deadline = tokio::time::Instant::now() + timeout;
     let flushed = match stopping {
-        Some(_) => tokio::time::timeout_at(drain_deadline, deliver(&mut pending))
+        Some(_) => tokio::time::timeout_at(drain_deadline, deliver(&mut pending, &queues, &stats))
             .await
             .is_ok(),
         None => {
-            deliver(&mut pending).await;
+            deliver(&mut pending, &queues, &stats).await;
             true
         }
     };
@@ -263,6 +247,24 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
     RunReport {
         telemetry,
         drained: drained && flushed,
+    }
+}
+
+/// Pushes what reached outputs into their queues, in order, counting what their overflow
+/// decision drops.
+async fn deliver(
+    items: &mut Vec<(usize, SharedSignal)>,
+    queues: &[Option<Arc<SignalQueue>>],
+    stats: &[Arc<ComponentStats>],
+) {
+    for (node, signal) in items.drain(..) {
+        let Some(q) = &queues[node] else { continue };
+        match q.push(signal).await {
+            Pushed::Queued => {}
+            Pushed::DroppedOldest(_) | Pushed::DroppedNewest | Pushed::Closed => {
+                ComponentStats::add(&stats[node].dropped, 1)
+            }
+        }
     }
 }
 
