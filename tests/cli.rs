@@ -177,24 +177,6 @@ fn parse_reports_bad_lines_as_error_signals() {
     patchbay_testkit::assert_schema_valid(&signals[1]);
 }
 
-#[test]
-fn default_pipeline_copies_stdin_to_stdout_and_exits_at_end_of_input() {
-    let out = patchbay(
-        &[],
-        "{\"type\":\"hello\",\"payload\":{\"n\":1}}\n{\"n\":2}\n",
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let signals = lines(&out.stdout);
-    assert_eq!(signals.len(), 2);
-    assert_eq!(signals[0]["type"], "hello");
-    assert_eq!(signals[1]["type"], "event");
-    assert_eq!(signals[1]["payload"]["n"], 2);
-}
-
 /// Runs `input lines → [filter] → file` with the given filter options and returns the
 /// timestamps of what came out.
 fn run_filter(filter: &str, input: &[(i64, &str)]) -> Vec<i64> {
@@ -385,11 +367,20 @@ fn sigterm_stops_sources_flushes_filters_and_exits_zero() {
         .expect("kill");
     assert!(status.success());
     let out = child.wait_with_output().expect("exits");
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let kinds: Vec<String> = lines(&std::fs::read(&out_path).unwrap())
         .iter()
         .map(|s| s["type"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(kinds, ["first", "held"], "the held signal is flushed on shutdown");
+    assert_eq!(
+        kinds,
+        ["first", "held"],
+        "the held signal is flushed on shutdown"
+    );
     drop(stdin);
 }

@@ -191,3 +191,23 @@ pub fn test(configs: &[PathBuf]) -> anyhow::Result<ExitCode> {
         ExitCode::FAILURE
     })
 }
+
+pub fn tap(
+    url: &str,
+    types: Option<&str>,
+    since: Option<u64>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    let readable = !json && std::io::stdout().is_terminal();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        tokio::select! {
+            result = patchbay_server::tap(url, types, since, readable) => result.map_err(anyhow::Error::from),
+            () = stop_signal() => Ok(()),
+        }
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,8 +1,9 @@
 //! The `patchbay` command line.
 //!
 //! `run` starts the daemon on config files (or the built-in default pipeline), `validate`
-//! checks configs, `parse` decodes a capture into NDJSON signals, `graph` draws the wiring
-//! and `test` runs the `[[tests]]` written in configs.
+//! checks configs, `parse` decodes a capture into NDJSON signals, `graph` draws the wiring,
+//! `test` runs the `[[tests]]` written in configs and `tap` prints what a running sidecar
+//! sends.
 
 mod commands;
 mod parse;
@@ -58,6 +59,21 @@ enum Command {
         #[arg(required = true)]
         configs: Vec<std::path::PathBuf>,
     },
+    /// Print the signals flowing through a running patchbay's sidecar.
+    Tap {
+        /// The sidecar's WebSocket URL.
+        #[arg(default_value = patchbay_server::DEFAULT_TAP_URL)]
+        url: String,
+        /// Only these types (comma-separated; a trailing `*` matches a prefix).
+        #[arg(long)]
+        types: Option<String>,
+        /// First replay what the sidecar still holds after this seq.
+        #[arg(long)]
+        since: Option<u64>,
+        /// NDJSON even on a terminal.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs the command line and returns the process exit code.
@@ -72,6 +88,12 @@ pub fn main() -> ExitCode {
         Command::Parse { protocol, file } => parse::parse(&protocol, file.as_deref()),
         Command::Graph { configs, format } => commands::graph(&configs, &format),
         Command::Test { configs } => commands::test(&configs),
+        Command::Tap {
+            url,
+            types,
+            since,
+            json,
+        } => commands::tap(&url, types.as_deref(), since, json),
     };
     match result {
         Ok(code) => code,

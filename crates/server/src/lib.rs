@@ -1,1 +1,197 @@
-//! placeholder
+//! patchbay's `sidecar` output: an HTTP server that fans signals out to UIs.
+//!
+//! Sidecar UIs (visualizers, agent TUIs, dashboards) connect and disconnect at will; some
+//! are slow, several watch at once, and the agent behind them never waits for them. One
+//! sidecar output runs one server (design section 5):
+//!
+//! - `GET /ws`: WebSocket, one JSON text frame per signal (`?format=escapement`,
+//!   `?since=N` replay, `?types=a,b*`); text frames a UI sends come back into the graph
+//!   from `NAME.inbound`.
+//! - `GET /events`: the same frames as Server-Sent Events (`id:` = seq).
+//! - `POST /signal`, `POST /api/signal`: ingest one envelope or an array.
+//! - `GET /health`, `GET /metrics`, `GET /`: the graph's health, counters and a status
+//!   page.
+//!
+//! Each signal the output accepts gets the next `seq` (from 1). A client whose queue
+//! (`client_queue`) overflows loses its oldest frames and gets one
+//! `{"kind":"lagged","resume_from":N}` frame first: reconnecting with `?since=N` loses
+//! nothing the ring still holds. The output's stats carry the gauges `clients`,
+//! `lagged_clients` (connected clients that have lagged), `client_frames_dropped` and
+//! `port` (the bound port, useful with `listen = "127.0.0.1:0"`).
+//!
+//! [`tap()`] is the client side: it prints what a running sidecar sends.
+
+mod config;
+mod http;
+mod hub;
+mod inbound;
+mod status;
+pub mod tap;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use patchbay_graph::{
+    BoxFuture, ComponentError, Diagnostic, Options, Output, OutputContext, OutputKind, Registry,
+    WhenFull,
+};
+use tokio::sync::watch;
+
+pub use config::{DEFAULT_LISTEN, Secret, Settings, SidecarConfig};
+pub use hub::{Format, TypeFilter};
+pub use inbound::{BadFrame, body_to_signals, ui_frame_to_signal, value_to_signal};
+pub use tap::{DEFAULT_TAP_URL, TapError, tap, tap_to};
+
+/// The output type name in configs.
+pub const TYPE_NAME: &str = "sidecar";
+
+/// How long a stopping sidecar lets its clients receive what is queued for them.
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Registers the `sidecar` output type (it talks both ways: `NAME.inbound`; its graph
+/// queue drops the oldest when full, so a stalled server never stalls a source).
+pub fn register(registry: &mut Registry) {
+    registry.output(
+        TYPE_NAME,
+        OutputKind {
+            build,
+            inbound: true,
+            when_full: WhenFull::DropOldest,
+        },
+    );
+}
+
+fn build(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
+    Ok(Box::new(Sidecar::new(Settings::from_options(options)?)))
+}
+
+/// A `sidecar` output, built from checked settings. It binds its listener when it runs.
+#[derive(Debug, Clone)]
+pub struct Sidecar {
+    settings: Settings,
+}
+
+impl Sidecar {
+    /// A sidecar with these settings (no I/O).
+    pub fn new(settings: Settings) -> Self {
+        Sidecar { settings }
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+}
+
+impl Output for Sidecar {
+    fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
+        Box::pin(run(self.settings, cx))
+    }
+}
+
+async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError> {
+    let name = cx.name().to_owned();
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    let local = listener.local_addr()?;
+    cx.stats().set_gauge("port", f64::from(local.port()));
+    tracing::info!(sidecar = %name, "listening: ws://{local}/ws  http://{local}/events  http://{local}/");
+
+    let hub = Arc::new(hub::Hub::new(
+        settings.ring,
+        settings.client_queue,
+        Arc::clone(cx.stats()),
+    ));
+    let state = Arc::new(http::AppState {
+        name: name.clone(),
+        settings,
+        hub: Arc::clone(&hub),
+        inbound: cx.inbound().cloned(),
+        telemetry: Arc::clone(cx.telemetry()),
+        stats: Arc::clone(cx.stats()),
+        local,
+    });
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let app = http::router(state);
+    let mut server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+    announce(&name, Some(local));
+
+    let mut seq = 0u64;
+    let result = loop {
+        tokio::select! {
+            signal = cx.next() => match signal {
+                Some(signal) => {
+                    seq += 1;
+                    hub.publish(hub::Frame::new(seq, signal));
+                    cx.delivered(1);
+                }
+                None => break Ok(()),
+            },
+            ended = &mut server => {
+                // The server only ends on its own when accepting fails for good.
+                break Err(match ended {
+                    Ok(Err(e)) => format!("server stopped: {e}").into(),
+                    Ok(Ok(())) => "server stopped".into(),
+                    Err(e) => format!("server task failed: {e}").into(),
+                });
+            }
+        }
+    };
+    announce(&name, None);
+    hub.close();
+    let _ = stop_tx.send(true);
+    if !server.is_finished()
+        && tokio::time::timeout(CLOSE_GRACE, &mut server)
+            .await
+            .is_err()
+    {
+        server.abort();
+    }
+    result
+}
+
+type Addresses = HashMap<String, SocketAddr>;
+
+fn addresses() -> &'static watch::Sender<Addresses> {
+    static ADDRESSES: OnceLock<watch::Sender<Addresses>> = OnceLock::new();
+    ADDRESSES.get_or_init(|| watch::Sender::new(HashMap::new()))
+}
+
+fn announce(name: &str, addr: Option<SocketAddr>) {
+    addresses().send_modify(|m| {
+        match addr {
+            Some(a) => m.insert(name.to_owned(), a),
+            None => m.remove(name),
+        };
+    });
+}
+
+/// The address the running sidecar output `name` listens on (in this process), if it is
+/// running. Useful with `listen = "127.0.0.1:0"`.
+pub fn bound_addr(name: &str) -> Option<SocketAddr> {
+    addresses().borrow().get(name).copied()
+}
+
+/// Waits until the sidecar output `name` (in this process) is listening, and returns its
+/// address.
+pub async fn wait_bound(name: &str) -> SocketAddr {
+    let mut rx = addresses().subscribe();
+    loop {
+        if let Some(addr) = rx.borrow_and_update().get(name) {
+            return *addr;
+        }
+        if rx.changed().await.is_err() {
+            // The sender is static: it never goes away.
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -1,0 +1,612 @@
+//! The HTTP side of a sidecar: routes, access checks, and the per-connection loops.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::{SinkExt, StreamExt};
+use patchbay_graph::{ComponentStats, SourceContext, Telemetry};
+use patchbay_signal::normalize::Normalizer;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::config::{Secret, Settings};
+use crate::hub::{Format, Frame, Hub, Outgoing, Subscription, TypeFilter};
+use crate::inbound::{body_to_signals, ui_frame_to_signal};
+
+/// At most this many frames are written before a flush.
+const WRITE_BATCH: usize = 64;
+
+/// How often an idle SSE stream gets a comment, so proxies keep it open.
+const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// What every request handler shares.
+pub(crate) struct AppState {
+    pub name: String,
+    pub settings: Settings,
+    pub hub: Arc<Hub>,
+    pub inbound: Option<SourceContext>,
+    pub telemetry: Arc<Telemetry>,
+    pub stats: Arc<ComponentStats>,
+    pub local: SocketAddr,
+}
+
+type Shared = Arc<AppState>;
+
+impl AppState {
+    fn source_name(&self) -> String {
+        format!("sidecar:{}", self.name)
+    }
+
+    /// Counts unusable input on the inbound side (where it would have entered the graph).
+    fn bad_input(&self, why: &str) {
+        match &self.inbound {
+            Some(i) => i.stats().bad_input(why),
+            None => self.stats.bad_input(why),
+        }
+    }
+}
+
+/// The sidecar's routes.
+pub(crate) fn router(state: Shared) -> Router {
+    let limit = state.settings.max_frame;
+    Router::new()
+        .route("/", get(status_page))
+        .route("/ws", get(ws_handler))
+        .route("/events", get(sse_handler))
+        .route("/signal", post(post_signal))
+        .route("/api/signal", post(post_signal))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            cors,
+        ))
+        .with_state(state)
+}
+
+/// CORS for the allowed origins, so that a UI served from another local port can POST,
+/// read `/events` and `/health`: answers preflights, and names the origin on responses.
+/// Requests from other origins get no CORS headers (browsers then hide the response), and
+/// their preflights a 403.
+async fn cors(
+    State(state): State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let origin = request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .map(str::to_owned);
+    let allowed = origin
+        .as_deref()
+        .filter(|o| state.settings.origin_allowed(Some(o)))
+        .and_then(|o| HeaderValue::from_str(o).ok());
+    if request.method() == axum::http::Method::OPTIONS && origin.is_some() {
+        let Some(allowed) = allowed else {
+            return error(StatusCode::FORBIDDEN, "origin not allowed");
+        };
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        let h = response.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type, last-event-id"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        h.insert(header::VARY, HeaderValue::from_static("Origin"));
+        return response;
+    }
+    let mut response = next.run(request).await;
+    if let Some(allowed) = allowed {
+        let h = response.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
+        h.insert(header::VARY, HeaderValue::from_static("Origin"));
+    }
+    response
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        axum::Json(json!({"ok": false, "error": message.into()})),
+    )
+        .into_response()
+}
+
+/// A refused request: `{"ok":false,"error":…}` with its status (small, unlike a
+/// `Response`, so that checks can return it).
+#[derive(Debug)]
+struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut response = error(self.status, self.message);
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Query parameters of the streaming endpoints (all optional; checked by hand so that
+/// errors name the parameter).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct StreamQuery {
+    since: Option<String>,
+    types: Option<String>,
+    format: Option<String>,
+    token: Option<String>,
+}
+
+struct StreamParams {
+    since: Option<u64>,
+    format: Format,
+    filter: TypeFilter,
+}
+
+impl StreamQuery {
+    fn params(&self) -> Result<StreamParams, Refusal> {
+        let since = match &self.since {
+            Some(s) => Some(s.trim().parse::<u64>().map_err(|_| {
+                Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("`since` must be a sequence number, got `{s}`"),
+                )
+            })?),
+            None => None,
+        };
+        let format = match &self.format {
+            Some(f) => Format::parse(f).ok_or_else(|| {
+                Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("unknown `format` `{f}` (expected `sajou` or `escapement`)"),
+                )
+            })?,
+            None => Format::Sajou,
+        };
+        Ok(StreamParams {
+            since,
+            format,
+            filter: TypeFilter::parse(self.types.as_deref().unwrap_or("")),
+        })
+    }
+}
+
+fn query_or_error(q: Result<Query<StreamQuery>, QueryRejection>) -> Result<StreamQuery, Refusal> {
+    q.map(|Query(q)| q).map_err(|e| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("bad query string: {}", e.body_text()),
+        )
+    })
+}
+
+/// Checks the `Origin` (when `check_origin`) and the bearer token (when one is set).
+fn authorize(
+    state: &AppState,
+    headers: &HeaderMap,
+    query_token: Option<&str>,
+    check_origin: bool,
+) -> Result<(), Refusal> {
+    if check_origin {
+        let origin = match headers.get(header::ORIGIN).map(HeaderValue::to_str) {
+            None => None,
+            Some(Ok(o)) => Some(o),
+            Some(Err(_)) => return Err(Refusal::new(StatusCode::FORBIDDEN, "origin not allowed")),
+        };
+        if !state.settings.origin_allowed(origin) {
+            tracing::debug!(sidecar = %state.name, origin = ?origin, "refused a foreign origin");
+            return Err(Refusal::new(StatusCode::FORBIDDEN, "origin not allowed"));
+        }
+    }
+    if let Some(Secret(token)) = &state.settings.token {
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        let given = bearer.or(query_token);
+        if !given.is_some_and(|g| same_secret(g, token)) {
+            return Err(Refusal::new(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong bearer token",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Compares secrets in time independent of where they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+async fn ws_handler(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    query: Result<Query<StreamQuery>, QueryRejection>,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let query = match query_or_error(query) {
+        Ok(q) => q,
+        Err(r) => return r.into_response(),
+    };
+    if let Err(r) = authorize(&state, &headers, query.token.as_deref(), true) {
+        return r.into_response();
+    }
+    let params = match query.params() {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let Some((sub, replay)) = state
+        .hub
+        .subscribe(params.since, params.format, params.filter)
+    else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the sidecar is stopping");
+    };
+    let max = state.settings.max_frame;
+    ws.max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| ws_client(state, socket, sub, replay))
+}
+
+async fn ws_client(state: Shared, socket: WebSocket, sub: Subscription, replay: Vec<Arc<Frame>>) {
+    let hub = Arc::clone(&state.hub);
+    // A client stalled in a send when the sidecar stops is dropped after a grace period.
+    tokio::select! {
+        () = ws_session(state, socket, sub, replay) => {}
+        () = async {
+            hub.wait_closed().await;
+            tokio::time::sleep(crate::CLOSE_GRACE).await;
+        } => {}
+    }
+}
+
+async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay: Vec<Arc<Frame>>) {
+    let (mut tx, mut rx) = socket.split();
+    let format = sub.client.format;
+    let mut normalizer = Normalizer::new(state.source_name());
+    // Frames are fed in batches and flushed once: one write for a burst, not one each.
+    for chunk in replay.chunks(WRITE_BATCH) {
+        for frame in chunk {
+            if tx.feed(Message::Text(frame.text(format))).await.is_err() {
+                return;
+            }
+        }
+        if tx.flush().await.is_err() {
+            return;
+        }
+    }
+    loop {
+        tokio::select! {
+            out = sub.client.pop() => match out {
+                Some(out) => {
+                    let mut batch = Some(out);
+                    let mut fed = 0;
+                    while let Some(out) = batch {
+                        if tx.feed(Message::Text(out.text(format))).await.is_err() {
+                            return;
+                        }
+                        fed += 1;
+                        batch = if fed < WRITE_BATCH { sub.client.try_pop() } else { None };
+                    }
+                    if tx.flush().await.is_err() {
+                        break;
+                    }
+                }
+                None => {
+                    let _ = tx.send(Message::Close(None)).await;
+                    break;
+                }
+            },
+            incoming = rx.next() => match incoming {
+                None | Some(Ok(Message::Close(_))) => break,
+                Some(Ok(Message::Text(text))) => {
+                    if handle_ui_text(&state, &mut normalizer, &text, &mut tx).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Ok(Message::Binary(bytes))) => {
+                    let result = match std::str::from_utf8(&bytes) {
+                        Ok(text) => handle_ui_text(&state, &mut normalizer, text, &mut tx).await,
+                        Err(_) => refuse(&state, "binary frame is not UTF-8 JSON", &mut tx).await,
+                    };
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                Some(Err(e)) => {
+                    if is_too_long(e) {
+                        let why = format!("frame larger than max_frame ({} bytes)", state.settings.max_frame);
+                        let _ = refuse(&state, &why, &mut tx).await;
+                        let _ = tx
+                            .send(Message::Close(Some(CloseFrame {
+                                code: 1009,
+                                reason: Utf8Bytes::from_static("frame too large"),
+                            })))
+                            .await;
+                    }
+                    break;
+                }
+            },
+        }
+    }
+}
+
+fn is_too_long(e: axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    e.into_inner()
+        .downcast_ref::<WsError>()
+        .is_some_and(|e| matches!(e, WsError::Capacity(_)))
+}
+
+type WsSink = futures_util::stream::SplitSink<WebSocket, Message>;
+
+/// A frame a UI sent: into the graph from `NAME.inbound`, or an error frame back.
+async fn handle_ui_text(
+    state: &AppState,
+    normalizer: &mut Normalizer,
+    text: &str,
+    tx: &mut WsSink,
+) -> Result<(), axum::Error> {
+    match ui_frame_to_signal(normalizer, text) {
+        Ok(signal) => match &state.inbound {
+            Some(inbound) => {
+                if inbound.emit(signal).await.is_err() {
+                    refuse(state, "the graph is shutting down", tx).await?;
+                }
+                Ok(())
+            }
+            None => refuse(state, "this sidecar takes no input", tx).await,
+        },
+        Err(bad) => refuse(state, &bad.0, tx).await,
+    }
+}
+
+async fn refuse(state: &AppState, why: &str, tx: &mut WsSink) -> Result<(), axum::Error> {
+    state.bad_input(why);
+    let frame = json!({"kind": "error", "message": why}).to_string();
+    tx.send(Message::Text(Utf8Bytes::from(frame))).await
+}
+
+async fn sse_handler(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    query: Result<Query<StreamQuery>, QueryRejection>,
+) -> Response {
+    let query = match query_or_error(query) {
+        Ok(q) => q,
+        Err(r) => return r.into_response(),
+    };
+    if let Err(r) = authorize(&state, &headers, query.token.as_deref(), false) {
+        return r.into_response();
+    }
+    let mut params = match query.params() {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    // A browser reconnecting sends the last id it saw, with the URL it first used: the
+    // header is the more recent position.
+    if let Some(last) = headers.get("last-event-id") {
+        match last
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            Some(n) => params.since = Some(n),
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "`Last-Event-ID` must be a sequence number",
+                );
+            }
+        }
+    }
+    let Some((sub, replay)) = state
+        .hub
+        .subscribe(params.since, params.format, params.filter)
+    else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the sidecar is stopping");
+    };
+    let stream = SseStream {
+        sub,
+        replay: replay.into(),
+        format: params.format,
+        pending: VecDeque::new(),
+    };
+    let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
+        let chunk = s.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), s))
+    }));
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// One SSE client: the replay, then its live queue, as `id:`/`data:` events whose frame
+/// bytes are the shared ones.
+struct SseStream {
+    sub: Subscription,
+    replay: VecDeque<Arc<Frame>>,
+    format: Format,
+    pending: VecDeque<Bytes>,
+}
+
+impl SseStream {
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(chunk) = self.pending.pop_front() {
+            return Some(chunk);
+        }
+        let out = match self.replay.pop_front() {
+            Some(frame) => Outgoing::Frame(frame),
+            None => match tokio::time::timeout(SSE_KEEPALIVE, self.sub.client.pop()).await {
+                Ok(Some(out)) => out,
+                Ok(None) => return None,
+                Err(_) => return Some(Bytes::from_static(b": keep-alive\n\n")),
+            },
+        };
+        let head = match out.seq() {
+            Some(seq) => Bytes::from(format!("id: {seq}\ndata: ")),
+            None => Bytes::from_static(b"data: "),
+        };
+        self.pending.push_back(Bytes::from(out.text(self.format)));
+        self.pending.push_back(Bytes::from_static(b"\n\n"));
+        Some(head)
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TokenQuery {
+    token: Option<String>,
+}
+
+async fn post_signal(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    query: Result<Query<TokenQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let token = query.ok().and_then(|Query(q)| q.token);
+    if let Err(r) = authorize(&state, &headers, token.as_deref(), true) {
+        return r.into_response();
+    }
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let why = format!(
+                "body larger than max_frame ({} bytes)",
+                state.settings.max_frame
+            );
+            state.bad_input(&why);
+            return error(StatusCode::PAYLOAD_TOO_LARGE, why);
+        }
+        Err(rejection) => return error(rejection.status(), rejection.body_text()),
+    };
+    let Some(inbound) = &state.inbound else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this sidecar takes no input",
+        );
+    };
+    let mut normalizer = Normalizer::new(state.source_name());
+    let signals = match body_to_signals(&mut normalizer, &body) {
+        Ok(s) => s,
+        Err(bad) => {
+            state.bad_input(&bad.0);
+            return error(StatusCode::BAD_REQUEST, bad.0);
+        }
+    };
+    let mut ids = Vec::with_capacity(signals.len());
+    for signal in signals {
+        ids.push(signal.id.clone());
+        if inbound.emit(signal).await.is_err() {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the graph is shutting down",
+            );
+        }
+    }
+    axum::Json(json!({"ok": true, "ids": ids, "clients": state.hub.client_count()})).into_response()
+}
+
+async fn health(State(state): State<Shared>) -> Response {
+    let components = state.telemetry.snapshot();
+    axum::Json(json!({
+        "sidecar": state.name,
+        "listen": state.local.to_string(),
+        "seq": state.hub.last_seq(),
+        "clients": state.hub.client_count(),
+        "components": components,
+    }))
+    .into_response()
+}
+
+async fn metrics(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    query: Result<Query<TokenQuery>, QueryRejection>,
+) -> Response {
+    let token = query.ok().and_then(|Query(q)| q.token);
+    if let Err(r) = authorize(&state, &headers, token.as_deref(), false) {
+        return r.into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.telemetry.prometheus(),
+    )
+        .into_response()
+}
+
+async fn status_page(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    query: Result<Query<TokenQuery>, QueryRejection>,
+) -> Response {
+    let token = query.ok().and_then(|Query(q)| q.token);
+    if let Err(r) = authorize(&state, &headers, token.as_deref(), false) {
+        return r.into_response();
+    }
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        crate::status::page(
+            &state.name,
+            state.local,
+            &state.telemetry,
+            state.hub.last_seq(),
+        ),
+    )
+        .into_response()
+}

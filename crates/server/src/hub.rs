@@ -1,0 +1,568 @@
+//! The fan-out core: numbered frames, the replay ring, and one bounded queue per client.
+//!
+//! The output task is the only publisher. Each signal is serialized once per wire format
+//! (the Escapement form only when a client first asks for it) and the bytes are shared by
+//! every client. A client's queue drops its own oldest frames when full and leaves it one
+//! `lagged` notice; publishing never waits for a client.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use axum::extract::ws::Utf8Bytes;
+use patchbay_graph::ComponentStats;
+use patchbay_signal::{Object, SharedSignal, Signal};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use tokio::sync::{Notify, watch};
+
+/// The wire format a client asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The sajou envelope with `metadata.seq` set (the default).
+    Sajou,
+    /// `{"kind":"event","seq","ts","event","data"}`, the OpenTUI sidecar shape.
+    Escapement,
+}
+
+impl Format {
+    /// Parses `?format=`.
+    pub fn parse(text: &str) -> Option<Format> {
+        match text {
+            "sajou" | "" => Some(Format::Sajou),
+            "escapement" => Some(Format::Escapement),
+            _ => None,
+        }
+    }
+}
+
+/// One published signal with its sequence number and its serialized forms.
+#[derive(Debug)]
+pub struct Frame {
+    /// The per-output sequence number (1, 2, …).
+    pub seq: u64,
+    /// The signal.
+    pub signal: SharedSignal,
+    sajou: Utf8Bytes,
+    escapement: OnceLock<Utf8Bytes>,
+}
+
+impl Frame {
+    /// Numbers a signal and serializes its sajou form.
+    pub fn new(seq: u64, signal: SharedSignal) -> Frame {
+        let sajou = to_text(&SajouFrame {
+            signal: &signal,
+            seq,
+        });
+        Frame {
+            seq,
+            signal,
+            sajou,
+            escapement: OnceLock::new(),
+        }
+    }
+
+    /// The frame's text in `format`, serialized at most once per format.
+    pub fn text(&self, format: Format) -> Utf8Bytes {
+        match format {
+            Format::Sajou => self.sajou.clone(),
+            Format::Escapement => self
+                .escapement
+                .get_or_init(|| {
+                    to_text(&EscapementFrame {
+                        signal: &self.signal,
+                        seq: self.seq,
+                    })
+                })
+                .clone(),
+        }
+    }
+}
+
+/// The notice a client gets once when its queue overflowed.
+pub fn lagged_text(resume_from: u64) -> Utf8Bytes {
+    Utf8Bytes::from(format!(
+        "{{\"kind\":\"lagged\",\"resume_from\":{resume_from}}}"
+    ))
+}
+
+fn to_text(value: &impl Serialize) -> Utf8Bytes {
+    // Signals hold only strings, integers and JSON values: serialization cannot fail.
+    Utf8Bytes::from(serde_json::to_string(value).unwrap_or_default())
+}
+
+/// Serializes a signal as its envelope with `metadata.seq` set, without copying it.
+struct SajouFrame<'a> {
+    signal: &'a Signal,
+    seq: u64,
+}
+
+impl Serialize for SajouFrame<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let s = self.signal;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("id", &s.id)?;
+        map.serialize_entry("type", &s.kind)?;
+        map.serialize_entry("timestamp", &s.timestamp)?;
+        map.serialize_entry("source", &s.source)?;
+        if let Some(c) = &s.correlation_id {
+            map.serialize_entry("correlationId", c)?;
+        }
+        map.serialize_entry(
+            "metadata",
+            &MetaWithSeq {
+                meta: s.metadata.as_ref(),
+                seq: self.seq,
+            },
+        )?;
+        map.serialize_entry("payload", &s.payload)?;
+        map.end()
+    }
+}
+
+struct MetaWithSeq<'a> {
+    meta: Option<&'a Object>,
+    seq: u64,
+}
+
+impl Serialize for MetaWithSeq<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (k, v) in self.meta.into_iter().flatten() {
+            // This sidecar's numbering replaces any upstream `seq`.
+            if k != "seq" {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.serialize_entry("seq", &self.seq)?;
+        map.end()
+    }
+}
+
+struct EscapementFrame<'a> {
+    signal: &'a Signal,
+    seq: u64,
+}
+
+impl Serialize for EscapementFrame<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(5))?;
+        map.serialize_entry("kind", "event")?;
+        map.serialize_entry("seq", &self.seq)?;
+        map.serialize_entry("ts", &self.signal.timestamp)?;
+        map.serialize_entry("event", &self.signal.kind)?;
+        map.serialize_entry("data", &self.signal.payload)?;
+        map.end()
+    }
+}
+
+/// A server-side type filter from `?types=a,b*`: exact names, or prefixes ending in `*`.
+#[derive(Debug, Clone, Default)]
+pub struct TypeFilter {
+    exact: Vec<String>,
+    prefixes: Vec<String>,
+}
+
+impl TypeFilter {
+    /// Parses a comma-separated list; an empty list lets everything through.
+    pub fn parse(text: &str) -> TypeFilter {
+        let mut filter = TypeFilter::default();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.strip_suffix('*') {
+                Some(prefix) => filter.prefixes.push(prefix.to_owned()),
+                None => filter.exact.push(item.to_owned()),
+            }
+        }
+        filter
+    }
+
+    /// Whether a signal of type `kind` passes.
+    pub fn matches(&self, kind: &str) -> bool {
+        (self.exact.is_empty() && self.prefixes.is_empty())
+            || self.exact.iter().any(|e| e == kind)
+            || self.prefixes.iter().any(|p| kind.starts_with(p.as_str()))
+    }
+}
+
+/// What a client's queue yields.
+#[derive(Debug, Clone)]
+pub enum Outgoing {
+    /// A signal's frame.
+    Frame(Arc<Frame>),
+    /// The client's queue overflowed: it can resume with `?since=N` without missing
+    /// anything the ring still holds.
+    Lagged(u64),
+}
+
+impl Outgoing {
+    /// The text to send in `format`.
+    pub fn text(&self, format: Format) -> Utf8Bytes {
+        match self {
+            Outgoing::Frame(f) => f.text(format),
+            Outgoing::Lagged(n) => lagged_text(*n),
+        }
+    }
+
+    /// The frame's seq (`None` for a notice).
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            Outgoing::Frame(f) => Some(f.seq),
+            Outgoing::Lagged(_) => None,
+        }
+    }
+}
+
+/// One connected client (a WebSocket or an SSE stream).
+#[derive(Debug)]
+pub struct Client {
+    id: u64,
+    /// The format it asked for.
+    pub format: Format,
+    filter: TypeFilter,
+    capacity: usize,
+    state: Mutex<ClientState>,
+    notify: Notify,
+}
+
+#[derive(Debug, Default)]
+struct ClientState {
+    queue: VecDeque<Arc<Frame>>,
+    /// A `lagged` notice not yet taken: the seq to resume after.
+    lag: Option<u64>,
+    lagged_ever: bool,
+    closed: bool,
+}
+
+impl Client {
+    fn lock(&self) -> MutexGuard<'_, ClientState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a frame if the client's filter takes it. Returns `(dropped, newly_lagged)`.
+    fn push(&self, frame: &Arc<Frame>) -> (bool, bool) {
+        if !self.filter.matches(&frame.signal.kind) {
+            return (false, false);
+        }
+        let mut st = self.lock();
+        let mut dropped = false;
+        let mut newly = false;
+        if st.queue.len() >= self.capacity
+            && let Some(oldest) = st.queue.pop_front()
+        {
+            dropped = true;
+            if st.lag.is_none() {
+                st.lag = Some(oldest.seq.saturating_sub(1));
+            }
+            newly = !st.lagged_ever;
+            st.lagged_ever = true;
+        }
+        st.queue.push_back(Arc::clone(frame));
+        drop(st);
+        self.notify.notify_one();
+        (dropped, newly)
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.notify.notify_one();
+    }
+
+    /// The next frame or notice if one is waiting (for batching writes).
+    pub fn try_pop(&self) -> Option<Outgoing> {
+        let mut st = self.lock();
+        if let Some(n) = st.lag.take() {
+            return Some(Outgoing::Lagged(n));
+        }
+        st.queue.pop_front().map(Outgoing::Frame)
+    }
+
+    /// The next frame or notice; `None` once the sidecar stopped and the queue is empty.
+    /// Only one task may wait on a client.
+    pub async fn pop(&self) -> Option<Outgoing> {
+        loop {
+            {
+                let mut st = self.lock();
+                if let Some(n) = st.lag.take() {
+                    return Some(Outgoing::Lagged(n));
+                }
+                if let Some(f) = st.queue.pop_front() {
+                    return Some(Outgoing::Frame(f));
+                }
+                if st.closed {
+                    return None;
+                }
+            }
+            // `notify_one` keeps a permit when nobody waits, so no wake-up is lost.
+            self.notify.notified().await;
+        }
+    }
+}
+
+/// The sidecar's frames and clients.
+#[derive(Debug)]
+pub struct Hub {
+    inner: Mutex<HubInner>,
+    ring: usize,
+    client_queue: usize,
+    stats: Arc<ComponentStats>,
+    /// Frames dropped from slow clients' queues, all clients together.
+    client_dropped: AtomicU64,
+    closed: watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+struct HubInner {
+    ring: VecDeque<Arc<Frame>>,
+    clients: Vec<Arc<Client>>,
+    next_client: u64,
+    lagged_clients: usize,
+    closed: bool,
+}
+
+/// Unregisters its client when dropped (the connection ended).
+#[derive(Debug)]
+pub struct Subscription {
+    hub: Arc<Hub>,
+    /// The client.
+    pub client: Arc<Client>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.unsubscribe(&self.client);
+    }
+}
+
+impl Hub {
+    /// A hub keeping `ring` frames, with `client_queue` frames per client; its gauges go
+    /// to `stats`.
+    pub fn new(ring: usize, client_queue: usize, stats: Arc<ComponentStats>) -> Hub {
+        let hub = Hub {
+            inner: Mutex::new(HubInner::default()),
+            ring,
+            client_queue: client_queue.max(1),
+            stats,
+            client_dropped: AtomicU64::new(0),
+            closed: watch::Sender::new(false),
+        };
+        hub.set_gauges(&HubInner::default());
+        hub
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HubInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_gauges(&self, inner: &HubInner) {
+        self.stats.set_gauge("clients", inner.clients.len() as f64);
+        self.stats
+            .set_gauge("lagged_clients", inner.lagged_clients as f64);
+    }
+
+    /// Publishes a numbered signal: into the ring and every client's queue.
+    pub fn publish(&self, frame: Frame) {
+        let frame = Arc::new(frame);
+        let mut inner = self.lock();
+        if self.ring > 0 {
+            if inner.ring.len() >= self.ring {
+                inner.ring.pop_front();
+            }
+            inner.ring.push_back(Arc::clone(&frame));
+        }
+        let mut newly_lagged = 0;
+        let mut dropped = 0;
+        for c in &inner.clients {
+            let (d, n) = c.push(&frame);
+            dropped += u64::from(d);
+            newly_lagged += usize::from(n);
+        }
+        if dropped > 0 {
+            self.client_dropped.fetch_add(dropped, Ordering::Relaxed);
+        }
+        if newly_lagged > 0 {
+            inner.lagged_clients += newly_lagged;
+            self.set_gauges(&inner);
+            self.stats.set_gauge(
+                "client_frames_dropped",
+                self.client_dropped.load(Ordering::Relaxed) as f64,
+            );
+        } else if dropped > 0 {
+            self.stats.set_gauge(
+                "client_frames_dropped",
+                self.client_dropped.load(Ordering::Relaxed) as f64,
+            );
+        }
+    }
+
+    /// Registers a client and returns what the ring holds after `since` (for its filter).
+    /// Both happen under one lock, so the replay and the live frames neither overlap nor
+    /// leave a gap. `None` when the sidecar has stopped.
+    pub fn subscribe(
+        self: &Arc<Self>,
+        since: Option<u64>,
+        format: Format,
+        filter: TypeFilter,
+    ) -> Option<(Subscription, Vec<Arc<Frame>>)> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return None;
+        }
+        let replay = match since {
+            Some(since) => inner
+                .ring
+                .iter()
+                .filter(|f| f.seq > since && filter.matches(&f.signal.kind))
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        inner.next_client += 1;
+        let client = Arc::new(Client {
+            id: inner.next_client,
+            format,
+            filter,
+            capacity: self.client_queue,
+            state: Mutex::new(ClientState::default()),
+            notify: Notify::new(),
+        });
+        inner.clients.push(Arc::clone(&client));
+        self.set_gauges(&inner);
+        Some((
+            Subscription {
+                hub: Arc::clone(self),
+                client,
+            },
+            replay,
+        ))
+    }
+
+    fn unsubscribe(&self, client: &Client) {
+        let mut inner = self.lock();
+        let before = inner.clients.len();
+        inner.clients.retain(|c| c.id != client.id);
+        if inner.clients.len() < before && client.lock().lagged_ever {
+            inner.lagged_clients = inner.lagged_clients.saturating_sub(1);
+        }
+        self.set_gauges(&inner);
+    }
+
+    /// How many clients are connected.
+    pub fn client_count(&self) -> usize {
+        self.lock().clients.len()
+    }
+
+    /// The seq of the newest frame in the ring (0 when empty).
+    pub fn last_seq(&self) -> u64 {
+        self.lock().ring.back().map(|f| f.seq).unwrap_or(0)
+    }
+
+    /// Stops: clients get what is queued, then their streams end; no new subscriptions.
+    pub fn close(&self) {
+        let mut inner = self.lock();
+        inner.closed = true;
+        for c in &inner.clients {
+            c.close();
+        }
+        self.closed.send_replace(true);
+    }
+
+    /// Resolves once [`Hub::close`] was called.
+    pub async fn wait_closed(&self) {
+        let mut rx = self.closed.subscribe();
+        let _ = rx.wait_for(|closed| *closed).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use patchbay_graph::telemetry::Role;
+    use patchbay_signal::object;
+
+    fn hub(ring: usize, queue: usize) -> Arc<Hub> {
+        Arc::new(Hub::new(
+            ring,
+            queue,
+            Arc::new(ComponentStats::new("ui", "sidecar", Role::Output)),
+        ))
+    }
+
+    fn sig(kind: &str) -> SharedSignal {
+        Arc::new(Signal::new(kind, "test:a", object! {"x" => 1}).at(5))
+    }
+
+    fn next_now(c: &Client) -> Option<Outgoing> {
+        c.try_pop()
+    }
+
+    #[test]
+    fn frames_carry_seq_in_both_formats() {
+        let f = Frame::new(7, sig("a.b").clone());
+        let v: serde_json::Value = serde_json::from_str(&f.text(Format::Sajou)).unwrap();
+        assert_eq!(v["metadata"]["seq"], 7);
+        assert_eq!(v["type"], "a.b");
+        let e: serde_json::Value = serde_json::from_str(&f.text(Format::Escapement)).unwrap();
+        assert_eq!(
+            e,
+            serde_json::json!({"kind":"event","seq":7,"ts":5,"event":"a.b","data":{"x":1}})
+        );
+    }
+
+    #[test]
+    fn escapement_form_is_serialized_lazily_and_once() {
+        let f = Frame::new(1, sig("a"));
+        assert!(f.escapement.get().is_none());
+        let a = f.text(Format::Escapement);
+        let b = f.text(Format::Escapement);
+        assert_eq!(a.as_ptr(), b.as_ptr(), "the same bytes are shared");
+    }
+
+    #[test]
+    fn type_filter() {
+        let f = TypeFilter::parse("a, b*");
+        assert!(f.matches("a") && f.matches("b") && f.matches("b.c"));
+        assert!(!f.matches("ab") && !f.matches("c"));
+        assert!(TypeFilter::parse("").matches("anything"));
+        assert!(TypeFilter::parse("*").matches("anything"));
+    }
+
+    #[test]
+    fn overflow_drops_oldest_and_leaves_one_notice() {
+        let h = hub(100, 2);
+        let (sub, _) = h
+            .subscribe(None, Format::Sajou, TypeFilter::default())
+            .unwrap();
+        for seq in 1..=5 {
+            h.publish(Frame::new(seq, sig("a")));
+        }
+        let got: Vec<_> = std::iter::from_fn(|| next_now(&sub.client)).collect();
+        assert!(matches!(got[0], Outgoing::Lagged(0)), "{got:?}");
+        let seqs: Vec<_> = got[1..].iter().filter_map(Outgoing::seq).collect();
+        assert_eq!(seqs, [4, 5]);
+        assert_eq!(got.len(), 3);
+    }
+
+    #[test]
+    fn subscribe_replays_after_since_then_live() {
+        let h = hub(3, 10);
+        for seq in 1..=5 {
+            h.publish(Frame::new(
+                seq,
+                sig(if seq % 2 == 0 { "even" } else { "odd" }),
+            ));
+        }
+        let (_s, replay) = h
+            .subscribe(Some(1), Format::Sajou, TypeFilter::default())
+            .unwrap();
+        assert_eq!(replay.iter().map(|f| f.seq).collect::<Vec<_>>(), [3, 4, 5]);
+        let (s2, replay) = h
+            .subscribe(Some(3), Format::Sajou, TypeFilter::parse("odd"))
+            .unwrap();
+        assert_eq!(replay.iter().map(|f| f.seq).collect::<Vec<_>>(), [5]);
+        h.publish(Frame::new(6, sig("even")));
+        h.publish(Frame::new(7, sig("odd")));
+        assert_eq!(next_now(&s2.client).and_then(|o| o.seq()), Some(7));
+        assert_eq!(h.client_count(), 2);
+        drop(s2);
+        assert_eq!(h.client_count(), 1);
+    }
+}
