@@ -92,8 +92,22 @@ fn bench_chain(c: &mut Criterion, name: &str, config: &str) {
     group.finish();
 }
 
+/// One filter of the operator chain alone, to see where the time goes.
+fn single(filter: &str) -> String {
+    let start = OPERATORS.find(&format!("[filters.{filter}]")).unwrap_or(0);
+    let rest = &OPERATORS[start..];
+    let end = rest[1..].find("\n[").map(|i| i + 1).unwrap_or(rest.len());
+    let body = rest[..end].replace("inputs = [\"keep\"]", "inputs = [\"in\"]").replace("inputs = [\"rename\"]", "inputs = [\"in\"]");
+    format!("[sources.in]\ntype = \"stdin\"\n{body}\n[outputs.out]\ntype = \"stdout\"\ninputs = [\"{filter}\"]\n")
+}
+
 fn chains(c: &mut Criterion) {
     bench_chain(c, "operators", OPERATORS);
+    if std::env::var_os("PATCHBAY_BENCH_SINGLE").is_some() {
+        for f in ["keep", "rename", "rate"] {
+            bench_chain(c, &format!("only_{f}"), &single(f));
+        }
+    }
     bench_chain(c, "jq", JQ);
 }
 
