@@ -1,7 +1,10 @@
 //! A JACK server with its dummy driver, for tests that need real MIDI ports in user space.
 //!
 //! One named server per test run (`jackd -n NAME -r -d dummy`), so concurrent runs do not
-//! see each other; clients find it through `JACK_DEFAULT_SERVER=NAME`. Readiness is polled
+//! see each other; clients find it through `JACK_DEFAULT_SERVER=NAME`. Names are
+//! `pb-TAG-N` with the first free N: jack's shared registry holds at most 8 servers and
+//! reclaims a dead server's slot only for a server of the same name, so names must be
+//! reused rather than made unique per process. Readiness is polled
 //! with `jack_lsp` (jackd accepts clients about 0.3 s after it starts). A killed server
 //! leaves its shared-memory files (`/dev/shm/jack_NAME_0_0`, `jack_sem.*_NAME_*`) behind:
 //! they are removed on kill and before every start.
@@ -31,18 +34,24 @@ pub struct JackServer {
 }
 
 impl JackServer {
-    /// Starts a server named `pb-<tag>-<pid>` and waits until it accepts clients. Panics
-    /// with the install step when jackd is not installed.
+    /// Starts a server named `pb-<tag>-<n>` (the first name no live server has) and waits
+    /// until it accepts clients. Panics with the install step when jackd is not installed.
     pub fn start(tag: &str) -> JackServer {
-        let name = format!("pb-{tag}-{}", std::process::id());
-        let log = std::env::temp_dir().join(format!("{name}.jackd.log"));
-        let mut server = JackServer {
-            name,
-            child: None,
-            log,
-        };
-        server.spawn();
-        server
+        let mut failures = String::new();
+        for n in 0..4 {
+            let name = format!("pb-{tag}-{n}");
+            let log = std::env::temp_dir().join(format!("{name}.jackd.log"));
+            let mut server = JackServer {
+                name,
+                child: None,
+                log,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(log) => failures.push_str(&log),
+            }
+        }
+        panic!("no JACK server could be started:\n{failures}");
     }
 
     /// The server name (the value of `JACK_DEFAULT_SERVER` for clients).
@@ -67,7 +76,29 @@ impl JackServer {
     /// Starts the server again under the same name.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        if let Err(log) = self.spawn() {
+            panic!("jackd `{}` did not start again:\n{log}", self.name);
+        }
+    }
+
+    /// Stops the server cleanly (SIGTERM: it unregisters and removes its shared memory),
+    /// killing it if it does not exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        remove_leftovers(&self.name);
     }
 
     /// The server's log so far (for failure messages).
@@ -85,7 +116,8 @@ impl JackServer {
             .unwrap_or_default()
     }
 
-    fn spawn(&mut self) {
+    /// Starts jackd; on failure (the name is taken by a live server, …) returns its log.
+    fn spawn(&mut self) -> Result<(), String> {
         remove_leftovers(&self.name);
         let log = std::fs::File::create(&self.log).expect("create the jackd log file");
         let log_err = log.try_clone().expect("clone the jackd log file");
@@ -104,11 +136,11 @@ impl JackServer {
             Err(err) => panic!("cannot start jackd: {err}"),
         };
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    /// Polls `jack_lsp` until the server answers.
-    fn wait_ready(&mut self) {
+    /// Polls `jack_lsp` until the server answers; the log if jackd exits first.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let started = Instant::now();
         loop {
             let probe = Command::new("jack_lsp")
@@ -118,7 +150,7 @@ impl JackServer {
                 .stderr(Stdio::null())
                 .status();
             match probe {
-                Ok(status) if status.success() => return,
+                Ok(status) if status.success() => return Ok(()),
                 Ok(_) => {}
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                     panic!("jack_lsp is not installed: {INSTALL}")
@@ -146,7 +178,7 @@ impl JackServer {
 
 impl Drop for JackServer {
     fn drop(&mut self) {
-        self.kill();
+        self.stop();
         let _ = std::fs::remove_file(&self.log);
     }
 }

@@ -11,7 +11,8 @@
 //! - [`signals`]: commands → signals ([`command_signal`], [`JteDecoder`]).
 //! - [`encode`]: control signals → OSC 23199 bytes ([`encode_control`]).
 //!
-//! Everything here is pure: no I/O.
+//! Everything above is pure: no I/O. The transport is [`wrap()`] (`patchbay wrap --protocol
+//! jte`, see the [`wrap`](mod@wrap) module), over [`pty`] and [`backoff`].
 //!
 //! ```
 //! use patchbay_jte::JteParser;
@@ -21,9 +22,12 @@
 //! assert_eq!(out.events.len(), 1);
 //! ```
 
+pub mod backoff;
 pub mod encode;
 pub mod parser;
+pub mod pty;
 pub mod signals;
+pub mod wrap;
 
 use patchbay_signal::decode::StreamDecoder;
 
@@ -33,6 +37,7 @@ pub use parser::{
     OSC_TO_PROGRAM, OSC_TO_TERMINAL,
 };
 pub use signals::{JteDecoder, JteSignals, command_signal};
+pub use wrap::{DEFAULT_TO, WrapOptions, wrap, wrap_with};
 
 /// The decoder `patchbay parse --protocol jte` drives: raw terminal output bytes in,
 /// signals out (the passthrough output is dropped).

@@ -1,4 +1,6 @@
-//! The MIDI adapter: the pure part (no ports, no midir).
+//! The MIDI adapter: a pure codec, and the midir transport around it.
+//!
+//! The pure part (no ports, no midir):
 //!
 //! - [`MidiDecoder`] turns MIDI bytes into `midi.*` signals, either as a continuous byte
 //!   stream ([`MidiDecoder::feed_at`], running status across calls) or as whole messages
@@ -9,6 +11,16 @@
 //! - [`learn_block`] writes the `[filters.<name>]` TOML block mapping a pad or knob to a
 //!   control signal.
 //! - [`PortMatcher`] selects ports by exact name or regex, leaving patchbay's own ports out.
+//!
+//! The transport (midir: ALSA by default, JACK with the cargo feature `jack`, see
+//! [`BACKEND`]):
+//!
+//! - [`register`] adds the `midi` source ([`MidiSourceConfig`]) and output
+//!   ([`MidiOutputConfig`]) to a registry. Both follow their port across hot-plug: the
+//!   port list is polled every `rescan_ms`, a vanished port sets health `recovering`, and
+//!   a matching port that returns is reopened without a restart. With no MIDI system at
+//!   all they stay `recovering`, say why in health, and keep trying.
+//! - [`list_ports`], [`monitor`] and [`learn`]: `patchbay midi list|monitor|learn`.
 //!
 //! # Signals
 //!
@@ -36,15 +48,42 @@
 
 mod decode;
 mod encode;
+mod input;
 mod learn;
+mod output;
 mod parse;
 mod port;
+mod session;
+mod source;
+mod system;
+mod tools;
 
 pub use decode::{ConfigError, DecoderConfig, MAX_SYSEX, MidiDecoder};
 pub use encode::{EncodeError, encode};
 pub use learn::{LearnError, learn_block};
+pub use output::MidiOutputConfig;
 pub use parse::{HexLineDecoder, HexLineError, PARSE_PORT, parse_decoder, parse_hex_line};
 pub use port::{PortMatcher, PortPatternError};
+pub use source::{DEFAULT_RESCAN_MS, MIN_RESCAN_MS, MidiSourceConfig};
+pub use system::{
+    BACKEND, DEFAULT_CLIENT_NAME, MAX_CLIENT_NAME, MidiError, PortList, list_ports, list_ports_as,
+};
+pub use tools::{InputOptions, learn, monitor};
+
+use patchbay_graph::{OutputKind, Registry, WhenFull};
+
+/// Registers the `midi` source and the `midi` output (which blocks when full: an LED
+/// state is never dropped on the way to the port).
+pub fn register(registry: &mut Registry) {
+    registry.source("midi", source::build).output(
+        "midi",
+        OutputKind {
+            build: output::build,
+            inbound: false,
+            when_full: WhenFull::Block,
+        },
+    );
+}
 
 /// The `midi.*` signal type names.
 pub mod types {

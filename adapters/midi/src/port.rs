@@ -83,20 +83,31 @@ impl PortMatcher {
         first
     }
 
-    /// Whether `name` is a port of patchbay's own client: `patchbay:…`, or `patchbay-NN:…`
-    /// (JACK renames a duplicate client `name-01`, so a second patchbay gets that).
-    fn is_own(&self, name: &str) -> bool {
-        let Some(rest) = name.strip_prefix(self.own_client.as_str()) else {
-            return false;
-        };
-        if rest.starts_with(':') {
-            return true;
-        }
-        rest.strip_prefix('-').is_some_and(|numbered| {
-            let digits = numbered.bytes().take_while(u8::is_ascii_digit).count();
-            digits > 0 && numbered.as_bytes().get(digits) == Some(&b':')
-        })
+    /// Whether `name` is one of patchbay's own ports (see [`PortMatcher::with_own_client`]),
+    /// which a regex never matches.
+    pub fn is_own_port(&self, name: &str) -> bool {
+        self.is_own(name)
     }
+
+    /// Whether `name` is a port of patchbay's own client.
+    fn is_own(&self, name: &str) -> bool {
+        is_own_port(&self.own_client, name)
+    }
+}
+
+/// Whether `name` is a port of the client `own_client`: `patchbay:…`, or `patchbay-NN:…`
+/// (JACK renames a duplicate client `name-01`, so a second patchbay gets that).
+pub(crate) fn is_own_port(own_client: &str, name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(own_client) else {
+        return false;
+    };
+    if rest.starts_with(':') {
+        return true;
+    }
+    rest.strip_prefix('-').is_some_and(|numbered| {
+        let digits = numbered.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && numbered.as_bytes().get(digits) == Some(&b':')
+    })
 }
 
 #[cfg(test)]

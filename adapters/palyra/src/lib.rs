@@ -16,11 +16,16 @@
 //! [`RealtimeResume`] keeps the realtime resume point and builds the `handshake` and
 //! `subscribe` frames, and [`AcpCommander`] turns `control.cancel`, `control.interrupt`
 //! and `control.answer` into ACP command envelopes (`POST /console/v1/acp/command`) and
-//! their result envelopes back into signals. Everything here is pure: no I/O.
+//! their result envelopes back into signals. These are pure: no I/O.
+//!
+//! [`transport`] connects them to a daemon: `type = "palyra"` as a source and as a two-way
+//! output ([`register`], [`PalyraConfig`]).
 
 pub mod acp;
+pub mod backoff;
 pub mod decode;
 pub mod realtime;
+pub mod transport;
 
 use patchbay_signal::decode::StreamDecoder;
 
@@ -30,6 +35,7 @@ pub use acp::{
 };
 pub use decode::PalyraDecoder;
 pub use realtime::{HandshakeOptions, RealtimeResume, Subscription};
+pub use transport::{Mode, PalyraConfig, Secret, register};
 
 /// The decoder `patchbay parse --protocol palyra` drives: NDJSON whose lines are console
 /// run stream lines, realtime frames, ACP result envelopes or recorded lines

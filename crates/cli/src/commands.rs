@@ -211,3 +211,23 @@ pub fn tap(
     })?;
     Ok(ExitCode::SUCCESS)
 }
+
+pub fn wrap(
+    protocol: &str,
+    to: String,
+    name: Option<String>,
+    command: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let code = match protocol {
+        "jte" => {
+            let mut options = patchbay_jte::WrapOptions::new(command, to);
+            options.name = name;
+            runtime.block_on(patchbay_jte::wrap_with(options))?
+        }
+        other => anyhow::bail!("`wrap --protocol {other}` is not available"),
+    };
+    // The relay tasks may still wait on the terminal: do not wait for them.
+    runtime.shutdown_background();
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}

@@ -6,6 +6,8 @@
 //! sends.
 
 mod commands;
+mod discover;
+mod midi;
 mod parse;
 mod pipeline;
 
@@ -25,6 +27,17 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Probe local services (Ollama, LM Studio, OpenClaw) and MIDI ports.
+    Discover {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// MIDI ports: list them, watch one, learn a control.
+    Midi {
+        #[command(subcommand)]
+        command: MidiCommand,
+    },
     /// Run the daemon on CONFIG files or directories (no CONFIG: the default pipeline).
     Run {
         /// Config files, or directories of `*.toml` files, merged into one graph.
@@ -59,6 +72,23 @@ enum Command {
         #[arg(required = true)]
         configs: Vec<std::path::PathBuf>,
     },
+    /// Run a program and publish its signals to a running patchbay (`jte`: JSON terminal
+    /// escapes in a pseudo-terminal; `codelia`: a Codelia runtime on stdio).
+    Wrap {
+        /// What the program speaks.
+        #[arg(long, short, value_parser = ["jte", "codelia"])]
+        protocol: String,
+        /// The running patchbay's sidecar.
+        #[arg(long, default_value = "http://127.0.0.1:7878")]
+        to: String,
+        /// The name control signals address it by (`payload.target`; jte only; default:
+        /// the command's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// The program and its arguments, after `--`.
+        #[arg(required = true, last = true)]
+        command: Vec<String>,
+    },
     /// Print the signals flowing through a running patchbay's sidecar.
     Tap {
         /// The sidecar's WebSocket URL.
@@ -76,6 +106,35 @@ enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum MidiCommand {
+    /// List the MIDI input and output ports.
+    List {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the messages of a port as signals (NDJSON) until Ctrl-C.
+    Monitor {
+        /// The port: full name or regex (default: the first one).
+        port: Option<String>,
+        /// Also show system messages (clock, SysEx, …).
+        #[arg(long)]
+        system: bool,
+    },
+    /// Wait for a pad, key or knob and print the filter block that maps it.
+    Learn {
+        /// The port: full name or regex (default: the first one).
+        port: Option<String>,
+        /// The name of the MIDI source in your config.
+        #[arg(long, default_value = "pads")]
+        source: String,
+        /// The signal type to map the control to.
+        #[arg(long, default_value = "control.pause")]
+        target: String,
+    },
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -84,10 +143,26 @@ pub fn main() -> ExitCode {
         configs: Vec::new(),
     }) {
         Command::Run { configs } => commands::run(&configs),
+        Command::Discover { json } => discover::run(json),
+        Command::Midi { command } => match command {
+            MidiCommand::List { json } => midi::list(json),
+            MidiCommand::Monitor { port, system } => midi::monitor(port.as_deref(), system),
+            MidiCommand::Learn {
+                port,
+                source,
+                target,
+            } => midi::learn(port.as_deref(), &source, &target),
+        },
         Command::Validate { configs } => commands::validate(&configs),
         Command::Parse { protocol, file } => parse::parse(&protocol, file.as_deref()),
         Command::Graph { configs, format } => commands::graph(&configs, &format),
         Command::Test { configs } => commands::test(&configs),
+        Command::Wrap {
+            protocol,
+            to,
+            name,
+            command,
+        } => commands::wrap(&protocol, to, name, command),
         Command::Tap {
             url,
             types,

@@ -29,5 +29,7 @@ pub fn registry() -> Registry {
     }
     patchbay_ndjson::register(&mut registry);
     patchbay_server::register(&mut registry);
+    patchbay_midi::register(&mut registry);
+    patchbay_palyra::register(&mut registry);
     registry
 }

@@ -1,0 +1,270 @@
+//! Discovery against stand-ins for Ollama and LM Studio on their real ports (11434, 1234),
+//! answering with recorded bodies (`tests/fixtures/ollama`, `tests/fixtures/lmstudio`).
+//!
+//! One test function: the ports are the real ones, so the phases cannot run in parallel.
+//! If a port is taken by something else (a real Ollama), the test fails and says so.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use patchbay_discovery::{
+    DiscoveryConfig, MidiListing, Service, ServiceKind, ServiceState, discover, render_table,
+};
+
+const OLLAMA: &str = "127.0.0.1:11434";
+const LMSTUDIO: &str = "127.0.0.1:1234";
+
+fn fixture(path: &str) -> Vec<u8> {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(path);
+    std::fs::read(&full).unwrap_or_else(|e| panic!("fixture {}: {e}", full.display()))
+}
+
+/// How a stand-in frames its bodies.
+#[derive(Clone, Copy)]
+enum Framing {
+    Length,
+    Chunked,
+}
+
+/// A stand-in HTTP server: `routes` maps a path to a body (200); anything else is a 404.
+struct StandIn {
+    addr: &'static str,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StandIn {
+    fn start(
+        addr: &'static str,
+        routes: Vec<(&'static str, Vec<u8>)>,
+        framing: Framing,
+    ) -> StandIn {
+        let listener = match TcpListener::bind(addr) {
+            Ok(listener) => listener,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => panic!(
+                "{addr} is taken by something else (a real Ollama or LM Studio?): stop it to \
+                 run this test"
+            ),
+            Err(e) => panic!("cannot listen on {addr}: {e}"),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Ok(stream) = stream {
+                    answer(stream, &routes, framing);
+                }
+            }
+        });
+        StandIn {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops listening: the port is closed when this returns.
+    fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag and drops the listener.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn answer(mut stream: TcpStream, routes: &[(&str, Vec<u8>)], framing: Framing) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let path = head.split(' ').nth(1).unwrap_or("");
+    let (status, body) = match routes.iter().find(|(p, _)| *p == path) {
+        Some((_, body)) => ("200 OK", body.clone()),
+        None => ("404 Not Found", b"404 page not found".to_vec()),
+    };
+    let mut response =
+        format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\n").into_bytes();
+    match framing {
+        Framing::Length => {
+            response.extend(format!("Content-Length: {}\r\n\r\n", body.len()).bytes());
+            response.extend(&body);
+        }
+        Framing::Chunked => {
+            response.extend(b"Transfer-Encoding: chunked\r\n\r\n");
+            for chunk in body.chunks(16) {
+                response.extend(format!("{:x}\r\n", chunk.len()).bytes());
+                response.extend(chunk);
+                response.extend(b"\r\n");
+            }
+            response.extend(b"0\r\n\r\n");
+        }
+    }
+    let _ = stream.write_all(&response);
+}
+
+/// A port nothing listens on (for the OpenClaw probe, which is not under test here).
+fn closed_port() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    addr
+}
+
+fn run_discovery(config: &DiscoveryConfig) -> Vec<Service> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(discover(config))
+}
+
+fn find(services: &[Service], kind: ServiceKind) -> &Service {
+    services
+        .iter()
+        .find(|s| s.service == kind)
+        .unwrap_or_else(|| panic!("no {kind:?} in {services:?}"))
+}
+
+#[test]
+fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
+    let config = DiscoveryConfig {
+        openclaw: closed_port(),
+        openclaw_config: None,
+        midi: Some(Arc::new(|| {
+            Ok(MidiListing {
+                system: "jack".to_owned(),
+                inputs: vec!["ctl:pad".to_owned()],
+                outputs: vec![],
+            })
+        })),
+        ..DiscoveryConfig::default()
+    };
+    let ollama_routes = || {
+        vec![
+            ("/v1/models", fixture("ollama/v1-models.test-expected.json")),
+            ("/api/tags", fixture("ollama/api-tags.docs-example.json")),
+        ]
+    };
+    let lmstudio_routes = || {
+        vec![(
+            "/v1/models",
+            fixture("lmstudio/v1-models.third-party-observed.json"),
+        )]
+    };
+
+    // Both answer: both are found, with their models.
+    let ollama = StandIn::start(OLLAMA, ollama_routes(), Framing::Length);
+    let lmstudio = StandIn::start(LMSTUDIO, lmstudio_routes(), Framing::Chunked);
+    let services = run_discovery(&config);
+    let table = render_table(&services);
+    let found = find(&services, ServiceKind::Ollama);
+    assert_eq!(found.state, ServiceState::Available, "{table}");
+    assert_eq!(found.address, "http://127.0.0.1:11434");
+    assert_eq!(found.models, ["test-model"]);
+    let found = find(&services, ServiceKind::Lmstudio);
+    assert_eq!(found.state, ServiceState::Available, "{table}");
+    assert_eq!(found.models, ["text-embedding-nomic-embed-text-v1.5"]);
+    assert_eq!(
+        find(&services, ServiceKind::Openclaw).state,
+        ServiceState::Unavailable
+    );
+    let midi = find(&services, ServiceKind::Midi);
+    assert_eq!(
+        (midi.address.as_str(), midi.inputs.as_slice()),
+        ("jack", &["ctl:pad".to_owned()][..])
+    );
+    assert!(
+        table.contains("ollama    http://127.0.0.1:11434  available    test-model"),
+        "{table}"
+    );
+
+    // LM Studio stops: unavailable; Ollama is still there.
+    lmstudio.stop();
+    let services = run_discovery(&config);
+    let gone = find(&services, ServiceKind::Lmstudio);
+    assert_eq!(gone.state, ServiceState::Unavailable, "{services:?}");
+    assert_eq!(gone.detail.as_deref(), Some("connection refused"));
+    assert!(gone.models.is_empty());
+    assert!(find(&services, ServiceKind::Ollama).is_available());
+
+    // It starts again: available again.
+    let lmstudio = StandIn::start(LMSTUDIO, lmstudio_routes(), Framing::Chunked);
+    let services = run_discovery(&config);
+    assert!(
+        find(&services, ServiceKind::Lmstudio).is_available(),
+        "{services:?}"
+    );
+
+    // Ollama without /v1/models (an old version): the models come from /api/tags.
+    ollama.stop();
+    let ollama = StandIn::start(
+        OLLAMA,
+        vec![("/api/tags", fixture("ollama/api-tags.docs-example.json"))],
+        Framing::Chunked,
+    );
+    let services = run_discovery(&config);
+    let found = find(&services, ServiceKind::Ollama);
+    assert!(found.is_available(), "{services:?}");
+    assert_eq!(found.models, ["deepseek-r1:latest", "llama3.2:latest"]);
+    assert!(found.detail.as_deref().unwrap_or("").contains("/api/tags"));
+
+    // Ollama with no model pulled (`"data": null`): available, no models.
+    ollama.stop();
+    let ollama = StandIn::start(
+        OLLAMA,
+        vec![(
+            "/v1/models",
+            fixture("ollama/v1-models-empty.test-expected.json"),
+        )],
+        Framing::Length,
+    );
+    let services = run_discovery(&config);
+    let found = find(&services, ServiceKind::Ollama);
+    assert!(found.is_available(), "{services:?}");
+    assert!(found.models.is_empty());
+    assert!(render_table(&services).contains("available    no models"));
+
+    // Both gone.
+    ollama.stop();
+    lmstudio.stop();
+    let services = run_discovery(&config);
+    assert_eq!(
+        find(&services, ServiceKind::Ollama).state,
+        ServiceState::Unavailable
+    );
+    assert_eq!(
+        find(&services, ServiceKind::Lmstudio).state,
+        ServiceState::Unavailable
+    );
+    let json = serde_json::to_value(&services).unwrap();
+    assert_eq!(json[0]["service"], "ollama");
+    assert_eq!(json[0]["state"], "unavailable");
+}
