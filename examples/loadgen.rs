@@ -1,0 +1,349 @@
+//! Load generator for the sidecar: N signals in, S subscribers out.
+//!
+//! It measures patchbay and, in the same run, a plain WebSocket relay (every text frame a
+//! client sends goes to every other client, nothing else) as the floor:
+//!
+//! ```text
+//! cargo build --release
+//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000]
+//! ```
+//!
+//! For each target and subscriber count it reports the delivered frames per second at full
+//! speed, the end-to-end latency percentiles (p50, p99, p999) at `--rate` signals per
+//! second, and the server's peak resident memory (VmHWM). patchbay runs as
+//! `target/release/patchbay` with a sidecar fed by its own ingest; signals are sent on a
+//! WebSocket (`--via ws`, the default) or by HTTP POST (`--via post`).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::broadcast;
+use tokio_tungstenite::tungstenite::Message;
+
+struct Options {
+    signals: usize,
+    subscribers: Vec<usize>,
+    rate: u64,
+    via_post: bool,
+    patchbay: String,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        signals: 20_000,
+        subscribers: vec![1, 10, 100],
+        rate: 1000,
+        via_post: false,
+        patchbay: "target/release/patchbay".into(),
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let value = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--signals" => o.signals = value.parse().expect("--signals N"),
+            "--subscribers" => {
+                o.subscribers = value.split(',').map(|s| s.parse().expect("--subscribers 1,10")).collect()
+            }
+            "--rate" => o.rate = value.parse().expect("--rate N"),
+            "--via" => o.via_post = value == "post",
+            "--patchbay" => o.patchbay = value,
+            other => panic!("unknown argument {other}"),
+        }
+        i += 2;
+    }
+    o
+}
+
+/// The floor: a WebSocket relay with a broadcast channel and no serialization work.
+async fn relay(port: u16) {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let (tx, _) = broadcast::channel::<(u64, Arc<str>)>(65536);
+    let mut next_id = 0u64;
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        next_id += 1;
+        let id = next_id;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let Ok(ws) = tokio_tungstenite::accept_async(stream).await else { return };
+            let (mut sink, mut stream) = ws.split();
+            let mut rx = tx.subscribe();
+            let forward = tokio::spawn(async move {
+                loop {
+                    match rx.recv().await {
+                        Ok((from, text)) if from != id => {
+                            if sink.send(Message::text(&*text)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(_) => return,
+                    }
+                }
+            });
+            while let Some(Ok(msg)) = stream.next().await {
+                if let Message::Text(t) = msg {
+                    let _ = tx.send((id, Arc::from(t.as_str())));
+                }
+            }
+            forward.abort();
+        });
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn patchbay(binary: &str) -> Server {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("patchbay-loadgen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("loadgen.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"ui.inbound\"]\nwhen_full = \"block\"\nlisten = \"127.0.0.1:{port}\"\nclient_queue = 65536\nmax_frame = 1048576\n\n[runtime]\nqueue = 4096\n"
+            ),
+        )
+        .unwrap();
+        let child = Command::new(binary)
+            .args(["run", config.to_str().unwrap()])
+            .env("PATCHBAY_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{binary}: {e} (run `cargo build --release` first)"));
+        Server { child, port }
+    }
+
+    fn relay() -> Server {
+        let port = free_port();
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args(["relay", &port.to_string()])
+            .spawn()
+            .unwrap();
+        Server { child, port }
+    }
+
+    async fn ready(&self) {
+        let start = Instant::now();
+        while TcpStream::connect(("127.0.0.1", self.port)).await.is_err() {
+            assert!(start.elapsed() < Duration::from_secs(30), "server never came up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Peak resident memory in MB.
+    fn peak_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map(|kb| kb / 1024.0)
+            .unwrap_or(0.0)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// Connects `count` subscribers; each counts frames carrying `payload.t0` and records
+/// their latency. Returns a join handle per subscriber yielding its latencies (µs).
+async fn subscribe(port: u16, count: usize, expect: usize) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
+    let mut handles = Vec::new();
+    for _ in 0..count {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws"))
+            .await
+            .expect("subscriber connects");
+        handles.push(tokio::spawn(async move {
+            let (_, mut stream) = ws.split();
+            let mut latencies = Vec::with_capacity(expect);
+            while latencies.len() < expect {
+                let next = tokio::time::timeout(Duration::from_secs(20), stream.next()).await;
+                let Ok(Some(Ok(Message::Text(text)))) = next else {
+                    if matches!(next, Ok(Some(Ok(_)))) {
+                        continue;
+                    }
+                    break;
+                };
+                let received = now_ns();
+                if let Some(pos) = text.find("\"t0\":") {
+                    let digits: String = text[pos + 5..].chars().take_while(char::is_ascii_digit).collect();
+                    if let Ok(t0) = digits.parse::<u64>() {
+                        latencies.push(received.saturating_sub(t0) / 1000);
+                    }
+                }
+            }
+            latencies
+        }));
+    }
+    handles
+}
+
+fn signal(i: usize) -> String {
+    format!(
+        "{{\"type\":\"text_delta\",\"source\":\"loadgen\",\"payload\":{{\"agentId\":\"load\",\"content\":\"token {i} of the stream\",\"index\":{i}}},\"metadata\":{{\"t0\":{}}}}}",
+        now_ns()
+    )
+}
+
+/// Sends `n` signals, paced at `rate` per second when given.
+async fn publish(port: u16, n: usize, rate: Option<u64>, via_post: bool) {
+    let mut pace = rate.map(|r| tokio::time::interval(Duration::from_nanos(1_000_000_000 / r)));
+    if via_post {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        for i in 0..n {
+            if let Some(p) = pace.as_mut() {
+                p.tick().await;
+            }
+            let body = signal(i);
+            let req = format!(
+                "POST /signal HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(req.as_bytes()).await.unwrap();
+            // Read the response (status line, headers, body by Content-Length).
+            let mut reader = BufReader::new(&mut stream);
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).await.unwrap();
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).await.unwrap();
+        }
+    } else {
+        // `types` with no match: the publisher gets nothing back from patchbay.
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws?types=loadgen.none"))
+            .await
+            .unwrap();
+        let (mut sink, _stream) = ws.split();
+        for i in 0..n {
+            if let Some(p) = pace.as_mut() {
+                p.tick().await;
+            }
+            sink.send(Message::text(signal(i))).await.unwrap();
+        }
+        sink.flush().await.unwrap();
+        // Keep the connection open until the subscribers are done.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+struct Row {
+    target: &'static str,
+    subscribers: usize,
+    throughput: f64,
+    delivered: f64,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    peak_mb: f64,
+}
+
+async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options) -> Row {
+    server.ready().await;
+    // Throughput: everything at full speed.
+    let handles = subscribe(server.port, subs, o.signals).await;
+    let start = Instant::now();
+    publish(server.port, o.signals, None, o.via_post && target == "patchbay").await;
+    let mut delivered = 0usize;
+    for h in handles {
+        delivered += h.await.unwrap().len();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    // Latency: paced, a tenth of the signals (at least 2000).
+    let paced = (o.signals / 10).max(2000);
+    let handles = subscribe(server.port, subs, paced).await;
+    publish(server.port, paced, Some(o.rate), o.via_post && target == "patchbay").await;
+    let mut latencies = Vec::new();
+    for h in handles {
+        latencies.extend(h.await.unwrap());
+    }
+    latencies.sort_unstable();
+    Row {
+        target,
+        subscribers: subs,
+        throughput: o.signals as f64 / elapsed,
+        delivered: delivered as f64 / (o.signals * subs) as f64,
+        p50: percentile(&latencies, 0.5),
+        p99: percentile(&latencies, 0.99),
+        p999: percentile(&latencies, 0.999),
+        peak_mb: server.peak_mb(),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("relay") {
+        // Child mode: the plain relay on the given port.
+        relay(args.get(2).and_then(|p| p.parse().ok()).expect("relay PORT")).await;
+        return;
+    }
+    let o = options();
+    println!(
+        "{} signals, rate {}/s for latency, via {}",
+        o.signals,
+        o.rate,
+        if o.via_post { "POST" } else { "WebSocket" }
+    );
+    println!("| target | subscribers | signals/s in | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for &subs in &o.subscribers {
+        for target in ["relay", "patchbay"] {
+            let server = if target == "relay" { Server::relay() } else { Server::patchbay(&o.patchbay) };
+            let r = measure(&server, target, subs, &o).await;
+            println!(
+                "| {} | {} | {:.0} | {:.1}% | {:.3} | {:.3} | {:.3} | {:.1} |",
+                r.target,
+                r.subscribers,
+                r.throughput,
+                r.delivered * 100.0,
+                r.p50,
+                r.p99,
+                r.p999,
+                r.peak_mb
+            );
+        }
+    }
+}
