@@ -1,11 +1,11 @@
 //! The Messages streaming state machine: events (and whole `message` responses) in,
 //! signals out.
 
-use patchbay_signal::normalize::{Decoded, bad_input_signal};
-use patchbay_signal::well_known::{AgentState, AgentStateChange, ErrorPayload, Payload, Severity};
-use patchbay_signal::{Object, Signal, next_id, now_ms};
 use std::borrow::Cow;
 
+use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_signal::well_known::{ErrorPayload, Payload, Severity};
+use patchbay_signal::{Object, Signal, next_id, now_ms};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -28,7 +28,8 @@ fn stop_succeeded(reason: &str) -> bool {
 ///   `tool_call`, all index-keyed state is cleared, and the new `agent_state_change`
 ///   carries `metadata.restarted = true` (and `abandonedMessageId`).
 /// - `text_delta` → `text_delta {agentId, content, index}` (`index` counts the message's
-///   text deltas from 0; the content block index is `metadata.block`); `thinking_delta` →
+///   text deltas from 0; the first text or thinking signal of each content block carries
+///   the block's index in `metadata.block`, marking where a block starts); `thinking_delta` →
 ///   `thinking`; `signature_delta` and `ping` → nothing; `citations_delta` →
 ///   `anthropic.citation {agentId, block, citation}`.
 /// - `tool_use`, `server_tool_use` and `mcp_tool_use` blocks → one `tool_call {toolName,
@@ -169,7 +170,9 @@ impl MessagesDecoder {
             }
         } else if data.starts_with(FAST_STOP_PREFIX) {
             match serde_json::from_str::<FastStop<'_>>(data) {
-                Ok(stop) if stop.kind == "content_block_stop" => self.on_block_stop(stop.index, ts, out),
+                Ok(stop) if stop.kind == "content_block_stop" => {
+                    self.on_block_stop(stop.index, ts, out)
+                }
                 _ => return false,
             }
         } else if data == r#"{"type":"message_stop"}"# {
@@ -198,7 +201,9 @@ impl MessagesDecoder {
         } = fast.delta;
         let index = fast.index;
         match (&*kind, text, thinking, partial_json, signature) {
-            ("text_delta", Some(text), None, None, None) => self.on_text(index, text.into_owned(), ts, out),
+            ("text_delta", Some(text), None, None, None) => {
+                self.on_text(index, text.into_owned(), ts, out)
+            }
             ("thinking_delta", None, Some(thinking), None, None) => {
                 self.on_thinking(index, thinking.into_owned(), ts, out)
             }
@@ -399,31 +404,42 @@ impl MessagesDecoder {
 
     fn on_message_start(
         &mut self,
-        mut message: Object,
+        message: Object,
         event_extra: Object,
         ts: i64,
         out: &mut Vec<Decoded>,
     ) {
         let abandoned = self.message.take();
-        let id = take_str(&mut message, "id");
-        let model = take_str(&mut message, "model");
+        // One pass over the fields, by name: cheaper than a hashed removal per field.
+        let mut id = None;
+        let mut model = None;
         let mut start_usage = Object::new();
         let mut input_tokens = None;
-        if let Some(Value::Object(usage)) = message.remove("usage") {
-            for (k, v) in usage {
-                match k.as_str() {
-                    "input_tokens" => input_tokens = count(&v),
-                    // The output count at the start is a placeholder; message_delta has the real one.
-                    "output_tokens" => {}
-                    _ if informative(&v) => {
-                        start_usage.insert(k, v);
+        let mut meta = Object::new();
+        for (key, value) in message.into_iter().chain(event_extra) {
+            match (key.as_str(), value) {
+                ("id", Value::String(s)) => id = Some(s),
+                ("model", Value::String(s)) => model = Some(s),
+                ("type" | "role", Value::String(_)) => {}
+                ("usage", Value::Object(usage)) => {
+                    for (k, v) in usage {
+                        match k.as_str() {
+                            "input_tokens" if count(&v).is_some() => input_tokens = count(&v),
+                            // A placeholder at the start: message_delta has the real count.
+                            "output_tokens" => {}
+                            _ if informative(&v) => {
+                                start_usage.insert(k, v);
+                            }
+                            _ => {}
+                        }
                     }
-                    _ => {}
+                }
+                (_, value) => {
+                    if informative(&value) {
+                        meta.insert(key, value);
+                    }
                 }
             }
-        }
-        for key in ["type", "role"] {
-            message.remove(key);
         }
         if model.is_some() {
             self.last_model.clone_from(&model);
@@ -435,25 +451,16 @@ impl MessagesDecoder {
             start_usage,
             ..Message::default()
         });
-        let mut meta = Object::new();
-        for (k, v) in message.into_iter().chain(event_extra) {
-            if informative(&v) {
-                meta.insert(k, v);
-            }
-        }
         if let Some(old) = abandoned {
             meta.insert("restarted".into(), Value::Bool(true));
             if let Some(old_id) = old.id {
                 meta.insert("abandonedMessageId".into(), Value::String(old_id));
             }
         }
-        let payload = AgentStateChange {
-            agent_id: self.agent_id(),
-            from: AgentState::Idle,
-            to: AgentState::Thinking,
-            reason: None,
-        }
-        .into_object();
+        let mut payload = Object::with_capacity(3);
+        payload.insert("agentId".into(), Value::String(self.agent_id()));
+        payload.insert("from".into(), Value::from("idle"));
+        payload.insert("to".into(), Value::from("thinking"));
         let mut signal = self.signal("agent_state_change", payload, ts);
         signal.metadata = (!meta.is_empty()).then_some(meta);
         out.push(Decoded::Signal(signal));
@@ -877,7 +884,14 @@ impl MessagesDecoder {
     }
 
     /// A `text_delta`; the first of its block (`first`) carries `metadata.block`.
-    fn emit_text(&mut self, block: u64, text: String, first: bool, ts: i64, out: &mut Vec<Decoded>) {
+    fn emit_text(
+        &mut self,
+        block: u64,
+        text: String,
+        first: bool,
+        ts: i64,
+        out: &mut Vec<Decoded>,
+    ) {
         let message = self.message_mut();
         let index = message.next_text;
         message.next_text += 1;
@@ -887,7 +901,9 @@ impl MessagesDecoder {
         payload.insert("index".into(), Value::from(index));
         let mut signal = self.signal("text_delta", payload, ts);
         if first {
-            signal.metadata_mut().insert("block".into(), Value::from(block));
+            signal
+                .metadata_mut()
+                .insert("block".into(), Value::from(block));
         }
         out.push(Decoded::Signal(signal));
     }
@@ -906,7 +922,9 @@ impl MessagesDecoder {
         payload.insert("content".into(), Value::String(thinking));
         let mut signal = self.signal("thinking", payload, ts);
         if first {
-            signal.metadata_mut().insert("block".into(), Value::from(block));
+            signal
+                .metadata_mut()
+                .insert("block".into(), Value::from(block));
         }
         out.push(Decoded::Signal(signal));
     }

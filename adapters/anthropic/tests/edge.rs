@@ -735,8 +735,14 @@ fn fast_and_general_paths_agree() {
     streams.push(
         [
             start("msg_f", "m", 1),
-            block_start(0, json!({"type": "thinking", "thinking": "", "signature": ""})),
-            block_delta(0, json!({"type": "thinking_delta", "thinking": "a\"b\\u00e9"})),
+            block_start(
+                0,
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+            ),
+            block_delta(
+                0,
+                json!({"type": "thinking_delta", "thinking": "a\"b\\u00e9"}),
+            ),
             block_delta(0, json!({"type": "signature_delta", "signature": "s"})),
             block_stop(0),
             block_start(1, tool_block("toolu_f", "t")),

@@ -187,10 +187,10 @@ impl ChatDecoder {
                 ("usage", Value::Object(u)) => usage = Some(u),
                 (name, value) => {
                     if let Some(slot) = STREAM_INFO.iter().position(|k| *k == name) {
-                        if informative(&value) {
-                            if let Some(info) = self.stream.info.get_mut(slot) {
-                                *info = Some(value);
-                            }
+                        if informative(&value)
+                            && let Some(info) = self.stream.info.get_mut(slot)
+                        {
+                            *info = Some(value);
                         }
                     } else if informative(&value) {
                         extra.insert(key, value);
@@ -285,7 +285,9 @@ impl ChatDecoder {
     fn add_stream_info(&self, signal: &mut Signal) {
         for (key, value) in STREAM_INFO.iter().zip(&self.stream.info) {
             if let Some(value) = value {
-                signal.metadata_mut().insert((*key).to_owned(), value.clone());
+                signal
+                    .metadata_mut()
+                    .insert((*key).to_owned(), value.clone());
             }
         }
     }
@@ -762,7 +764,7 @@ struct Ctx {
 
 /// Parses assembled tool arguments: an object as is, `{}` when empty, `{"_raw": …}` when
 /// they are not a JSON object (cut off, or another JSON value).
-pub(crate) fn parse_arguments(arguments: String) -> Object {
+fn parse_arguments(arguments: String) -> Object {
     let trimmed = arguments.trim();
     if trimmed.is_empty() {
         return Object::new();
@@ -788,7 +790,7 @@ fn take_str(obj: &mut Object, key: &str) -> Option<String> {
 }
 
 /// A non-negative integer count (JSON Schema's integer accepts `3.0`).
-pub(crate) fn count(v: &Value) -> Option<u64> {
+fn count(v: &Value) -> Option<u64> {
     v.as_u64().or_else(|| {
         v.as_f64()
             .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f <= u64::MAX as f64)
@@ -797,7 +799,7 @@ pub(crate) fn count(v: &Value) -> Option<u64> {
 }
 
 /// Whether a value carries anything: not null, not an empty string, object or array.
-pub(crate) fn informative(v: &Value) -> bool {
+fn informative(v: &Value) -> bool {
     match v {
         Value::Null => false,
         Value::String(s) => !s.is_empty(),

@@ -73,7 +73,7 @@ fn decode_event(
         *done = true;
         return;
     }
-    let Some(mut decoded) = normalizer.decode_text(&event.data) else {
+    let Some(mut decoded) = normalizer.decode_text(event.data) else {
         return;
     };
     let (Decoded::Signal(signal) | Decoded::BadInput(signal)) = &mut decoded;

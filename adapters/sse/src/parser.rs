@@ -159,7 +159,8 @@ impl SseParser {
         if !self.started {
             // A stream that ended inside what looked like a BOM: those bytes were content.
             let seen = self.bom_seen;
-            self.line.extend_from_slice(BOM.get(..seen).unwrap_or_default());
+            self.line
+                .extend_from_slice(BOM.get(..seen).unwrap_or_default());
         }
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);

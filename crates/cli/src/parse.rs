@@ -12,6 +12,9 @@ pub fn decoder(protocol: &str) -> Option<Box<dyn StreamDecoder>> {
     let source = format!("parse:{protocol}");
     Some(match protocol {
         "sajou" => Box::new(NdjsonDecoder::new(source)),
+        "sse" => patchbay_sse::parse_decoder(&source),
+        "openai" => patchbay_openai::parse_decoder(&source),
+        "anthropic" => patchbay_anthropic::parse_decoder(&source),
         "openclaw" => patchbay_openclaw::parse_decoder(&source),
         "escapement" => patchbay_escapement::parse_decoder(&source),
         "codelia" => patchbay_codelia::parse_decoder(&source),
@@ -25,6 +28,9 @@ pub fn decoder(protocol: &str) -> Option<Box<dyn StreamDecoder>> {
 /// Protocol names, for the error on an unknown one.
 const PROTOCOLS: &[&str] = &[
     "sajou",
+    "sse",
+    "openai",
+    "anthropic",
     "openclaw",
     "escapement",
     "codelia",
