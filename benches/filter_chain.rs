@@ -97,8 +97,12 @@ fn single(filter: &str) -> String {
     let start = OPERATORS.find(&format!("[filters.{filter}]")).unwrap_or(0);
     let rest = &OPERATORS[start..];
     let end = rest[1..].find("\n[").map(|i| i + 1).unwrap_or(rest.len());
-    let body = rest[..end].replace("inputs = [\"keep\"]", "inputs = [\"in\"]").replace("inputs = [\"rename\"]", "inputs = [\"in\"]");
-    format!("[sources.in]\ntype = \"stdin\"\n{body}\n[outputs.out]\ntype = \"stdout\"\ninputs = [\"{filter}\"]\n")
+    let body = rest[..end]
+        .replace("inputs = [\"keep\"]", "inputs = [\"in\"]")
+        .replace("inputs = [\"rename\"]", "inputs = [\"in\"]");
+    format!(
+        "[sources.in]\ntype = \"stdin\"\n{body}\n[outputs.out]\ntype = \"stdout\"\ninputs = [\"{filter}\"]\n"
+    )
 }
 
 fn chains(c: &mut Criterion) {

@@ -47,7 +47,10 @@ fn options() -> Options {
         match args[i].as_str() {
             "--signals" => o.signals = value.parse().expect("--signals N"),
             "--subscribers" => {
-                o.subscribers = value.split(',').map(|s| s.parse().expect("--subscribers 1,10")).collect()
+                o.subscribers = value
+                    .split(',')
+                    .map(|s| s.parse().expect("--subscribers 1,10"))
+                    .collect()
             }
             "--rate" => o.rate = value.parse().expect("--rate N"),
             "--via" => o.via_post = value == "post",
@@ -61,16 +64,22 @@ fn options() -> Options {
 
 /// The floor: a WebSocket relay with a broadcast channel and no serialization work.
 async fn relay(port: u16) {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
     let (tx, _) = broadcast::channel::<(u64, Arc<str>)>(65536);
     let mut next_id = 0u64;
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
         next_id += 1;
         let id = next_id;
         let tx = tx.clone();
         tokio::spawn(async move {
-            let Ok(ws) = tokio_tungstenite::accept_async(stream).await else { return };
+            let Ok(ws) = tokio_tungstenite::accept_async(stream).await else {
+                return;
+            };
             let (mut sink, mut stream) = ws.split();
             let mut rx = tx.subscribe();
             let forward = tokio::spawn(async move {
@@ -97,7 +106,11 @@ async fn relay(port: u16) {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct Server {
@@ -140,14 +153,18 @@ impl Server {
     async fn ready(&self) {
         let start = Instant::now();
         while TcpStream::connect(("127.0.0.1", self.port)).await.is_err() {
-            assert!(start.elapsed() < Duration::from_secs(30), "server never came up");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "server never came up"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     /// Peak resident memory in MB.
     fn peak_mb(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -173,7 +190,11 @@ fn now_ns() -> u64 {
 
 /// Connects `count` subscribers; each counts frames carrying `payload.t0` and records
 /// their latency. Returns a join handle per subscriber yielding its latencies (µs).
-async fn subscribe(port: u16, count: usize, expect: usize) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
+async fn subscribe(
+    port: u16,
+    count: usize,
+    expect: usize,
+) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
     let mut handles = Vec::new();
     for _ in 0..count {
         let (ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws"))
@@ -192,7 +213,10 @@ async fn subscribe(port: u16, count: usize, expect: usize) -> Vec<tokio::task::J
                 };
                 let received = now_ns();
                 if let Some(pos) = text.find("\"t0\":") {
-                    let digits: String = text[pos + 5..].chars().take_while(char::is_ascii_digit).collect();
+                    let digits: String = text[pos + 5..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
                     if let Ok(t0) = digits.parse::<u64>() {
                         latencies.push(received.saturating_sub(t0) / 1000);
                     }
@@ -245,9 +269,11 @@ async fn publish(port: u16, n: usize, rate: Option<u64>, via_post: bool) {
         }
     } else {
         // `types` with no match: the publisher gets nothing back from patchbay.
-        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws?types=loadgen.none"))
-            .await
-            .unwrap();
+        let (ws, _) = tokio_tungstenite::connect_async(format!(
+            "ws://127.0.0.1:{port}/ws?types=loadgen.none"
+        ))
+        .await
+        .unwrap();
         let (mut sink, _stream) = ws.split();
         for i in 0..n {
             if let Some(p) = pace.as_mut() {
@@ -285,7 +311,13 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
     // Throughput: everything at full speed.
     let handles = subscribe(server.port, subs, o.signals).await;
     let start = Instant::now();
-    publish(server.port, o.signals, None, o.via_post && target == "patchbay").await;
+    publish(
+        server.port,
+        o.signals,
+        None,
+        o.via_post && target == "patchbay",
+    )
+    .await;
     let mut delivered = 0usize;
     for h in handles {
         delivered += h.await.unwrap().len();
@@ -294,7 +326,13 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
     // Latency: paced, a tenth of the signals (at least 2000).
     let paced = (o.signals / 10).max(2000);
     let handles = subscribe(server.port, subs, paced).await;
-    publish(server.port, paced, Some(o.rate), o.via_post && target == "patchbay").await;
+    publish(
+        server.port,
+        paced,
+        Some(o.rate),
+        o.via_post && target == "patchbay",
+    )
+    .await;
     let mut latencies = Vec::new();
     for h in handles {
         latencies.extend(h.await.unwrap());
@@ -317,7 +355,12 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("relay") {
         // Child mode: the plain relay on the given port.
-        relay(args.get(2).and_then(|p| p.parse().ok()).expect("relay PORT")).await;
+        relay(
+            args.get(2)
+                .and_then(|p| p.parse().ok())
+                .expect("relay PORT"),
+        )
+        .await;
         return;
     }
     let o = options();
@@ -327,11 +370,17 @@ async fn main() {
         o.rate,
         if o.via_post { "POST" } else { "WebSocket" }
     );
-    println!("| target | subscribers | signals/s in | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB |");
+    println!(
+        "| target | subscribers | signals/s in | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for &subs in &o.subscribers {
         for target in ["relay", "patchbay"] {
-            let server = if target == "relay" { Server::relay() } else { Server::patchbay(&o.patchbay) };
+            let server = if target == "relay" {
+                Server::relay()
+            } else {
+                Server::patchbay(&o.patchbay)
+            };
             let r = measure(&server, target, subs, &o).await;
             println!(
                 "| {} | {} | {:.0} | {:.1}% | {:.3} | {:.3} | {:.3} | {:.1} |",

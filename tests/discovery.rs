@@ -267,4 +267,78 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
     let json = serde_json::to_value(&services).unwrap();
     assert_eq!(json[0]["service"], "ollama");
     assert_eq!(json[0]["state"], "unavailable");
+
+    // The binary: `patchbay discover --json` finds Ollama.
+    let ollama = StandIn::start(OLLAMA, ollama_routes(), Framing::Length);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .args(["discover", "--json"])
+        .output()
+        .expect("patchbay discover runs");
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json[0]["service"], "ollama");
+    assert_eq!(json[0]["state"], "available", "{json}");
+    assert_eq!(json[0]["models"][0], "test-model");
+
+    // The daemon's [discovery]: `local:ollama` says `discovery.found`, `discovery.lost`
+    // when it stops, and `discovery.found` again when it returns.
+    let dir = std::env::temp_dir().join(format!("patchbay-discovery-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out_path = dir.join("found.jsonl");
+    let _ = std::fs::remove_file(&out_path);
+    let config_path = dir.join("discovery.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[discovery]\nenabled = true\ninterval_ms = 100\nconnect = [\"out\"]\n\n[outputs.out]\ntype = \"file\"\ninputs = [\"local:ollama\"]\npath = \"{}\"\n",
+            out_path.display()
+        ),
+    )
+    .unwrap();
+    /// Stops the daemon even when an assertion fails.
+    struct Daemon(std::process::Child);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut daemon = Daemon(
+        std::process::Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .args(["run", config_path.to_str().unwrap()])
+            .env("PATCHBAY_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("patchbay runs"),
+    );
+    let wait_for = |kinds: &[&str]| {
+        let start = std::time::Instant::now();
+        loop {
+            let seen: Vec<String> = std::fs::read_to_string(&out_path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|s| s["payload"]["service"] == "ollama")
+                .map(|s| s["type"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            if seen == kinds {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "expected {kinds:?}, saw {seen:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for(&["discovery.found"]);
+    ollama.stop();
+    wait_for(&["discovery.found", "discovery.lost"]);
+    let ollama = StandIn::start(OLLAMA, ollama_routes(), Framing::Length);
+    wait_for(&["discovery.found", "discovery.lost", "discovery.found"]);
+    ollama.stop();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &daemon.0.id().to_string()])
+        .status();
+    assert!(daemon.0.wait().unwrap().success());
 }

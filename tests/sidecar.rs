@@ -382,9 +382,10 @@ async fn default_pipeline_serves_stdin_and_posts_on_7878() {
     tokio::task::spawn_blocking(move || wait_ready(addr))
         .await
         .unwrap();
-    let (mut ws, _) = tokio_tungstenite::connect_async("ws://127.0.0.1:7878/ws?since=0")
-        .await
-        .unwrap();
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async("ws://127.0.0.1:7878/ws?since=0&types=from.stdin,posted")
+            .await
+            .unwrap();
     assert_eq!(next_json(&mut ws).await["type"], "from.stdin");
     let (status, _) = tokio::task::spawn_blocking(move || {
         http(addr, "POST", "/signal", &[], b"{\"type\":\"posted\"}")

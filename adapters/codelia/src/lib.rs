@@ -11,6 +11,19 @@
 //!   answers, and decodes through its own [`CodeliaDecoder`].
 //! - [`parse_decoder`] reads captures for `patchbay parse --protocol codelia`.
 //!
+//! And the transports:
+//!
+//! - `type = "codelia"` ([`register`], [`CodeliaConfig`]): patchbay starts the runtime
+//!   (`command`, `cwd`, `env`) and is its UI: it sends `initialize`, decodes what the
+//!   runtime sends, and, declared under `[outputs.NAME]`, sends `run.start` for `prompt
+//!   {text}`, `run.cancel` for `control.cancel`/`control.interrupt` and the response to
+//!   a pending `ui.*.request` for `control.answer` (other types are refused and
+//!   counted); the decoded signals come out of `NAME.inbound`. Under `[sources.NAME]`
+//!   it only listens. The runtime's stderr goes to patchbay's log.
+//! - [`wrap`]: `patchbay wrap --protocol codelia -- COMMAND…` relays a UI's stdio to the
+//!   runtime byte for byte and publishes what it decodes ([`WrapObserver`]) to a running
+//!   patchbay's `POST /signal`.
+//!
 //! # Signals
 //!
 //! `agentId` is the decoder's agent id (its source unless set with
@@ -48,11 +61,30 @@
 
 mod client;
 mod decode;
+mod transport;
+mod wrap;
 
 pub use client::{EncodeError, UiClient};
 pub use decode::{CodeliaDecoder, CodeliaStream, PendingRequest};
+pub use transport::CodeliaConfig;
+pub use wrap::{DEFAULT_PUBLISH_URL, WrapObserver, wrap, wrap_io};
 
+use patchbay_graph::{OutputKind, Registry, WhenFull};
 use patchbay_signal::decode::StreamDecoder;
+
+/// Registers `type = "codelia"`: as an output it talks both ways (prompts and controls
+/// to the runtime, its messages out of `NAME.inbound`; the queue blocks when full); as a
+/// source it only listens.
+pub fn register(registry: &mut Registry) {
+    registry.source("codelia", transport::build_source).output(
+        "codelia",
+        OutputKind {
+            build: transport::build_output,
+            inbound: true,
+            when_full: WhenFull::Block,
+        },
+    );
+}
 
 /// The decoder `patchbay parse --protocol codelia` drives: NDJSON, one JSON-RPC message
 /// per line, bare or recorded (`{"t","dir","msg"}`; only `dir: "in"`, runtime → UI, is

@@ -50,7 +50,11 @@ impl Backoff {
 
 /// `delay` plus jitter: `unit` in `[0, 1)` picks a point in `[delay, delay·1.25)`.
 pub fn with_jitter(delay: Duration, unit: f64) -> Duration {
-    let unit = if unit.is_finite() { unit.clamp(0.0, 1.0) } else { 0.0 };
+    let unit = if unit.is_finite() {
+        unit.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     delay + delay.mul_f64(unit * 0.25)
 }
 
@@ -82,7 +86,10 @@ mod tests {
         let delays: Vec<u64> = (0..8)
             .map(|_| b.next_delay().map(|d| d.as_millis() as u64).unwrap_or(0))
             .collect();
-        assert_eq!(delays, [1000, 2000, 4000, 8000, 16_000, 30_000, 30_000, 30_000]);
+        assert_eq!(
+            delays,
+            [1000, 2000, 4000, 8000, 16_000, 30_000, 30_000, 30_000]
+        );
         assert_eq!(b.attempts(), 8);
     }
 

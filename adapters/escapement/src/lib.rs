@@ -12,6 +12,15 @@
 //!   becomes the `control.*` signal it means.
 //! - [`parse_decoder`] reads captures for `patchbay parse --protocol escapement`.
 //!
+//! And the transport, [`register`]ed as `type = "escapement"`: one WebSocket connection
+//! to an agent ([`EscapementConfig`]). Under `[outputs.NAME]` it sends `control.*`
+//! signals as control and answer frames (types the protocol has no frame for are
+//! refused and counted) and what the agent sends comes out of `NAME.inbound`; under
+//! `[sources.NAME]` it only listens. It reconnects with capped exponential backoff and
+//! jitter ([`Backoff`]); frames replayed after a reconnect are dropped by `seq`, and a
+//! new agent session (a `runner/started` with another `session-id`) starts the count
+//! again ([`ReplayGuard`]).
+//!
 //! # Signals
 //!
 //! `event` frames (`{"kind":"event","seq","ts","event","data"}`); `agentId` is
@@ -49,15 +58,38 @@
 
 #![warn(missing_docs)]
 
+mod backoff;
 mod decode;
 mod encode;
+mod replay;
+mod transport;
 mod ui;
 
+pub use backoff::{Backoff, jitter_unit, with_jitter};
 pub use decode::{EscapementDecoder, EscapementStream, SeqDedupe};
 pub use encode::{EncodeError, encode_control};
+pub use replay::ReplayGuard;
+pub use transport::EscapementConfig;
 pub use ui::{UiFrameError, ui_frame_to_signal};
 
+use patchbay_graph::{OutputKind, Registry, WhenFull};
 use patchbay_signal::decode::StreamDecoder;
+
+/// Registers `type = "escapement"`: as an output it talks both ways (controls out, the
+/// agent's frames in through `NAME.inbound`; its queue blocks when full, so a pause is
+/// never dropped); as a source it only listens.
+pub fn register(registry: &mut Registry) {
+    registry
+        .source("escapement", transport::build_source)
+        .output(
+            "escapement",
+            OutputKind {
+                build: transport::build_output,
+                inbound: true,
+                when_full: WhenFull::Block,
+            },
+        );
+}
 
 /// The decoder `patchbay parse --protocol escapement` drives: NDJSON, one frame per line,
 /// bare or recorded (`{"t","dir","frame"}`, only `dir: "in"` lines are decoded). Frames

@@ -300,8 +300,16 @@ impl OpenClawDecoder {
                 .map(str::to_owned),
             metadata,
         };
+        let mut envelope = envelope;
+        if name == "session.tool" {
+            envelope
+                .metadata
+                .insert("event".into(), Value::String(name.clone()));
+        }
         let signals = match name.as_str() {
-            "agent" => self.agent(payload),
+            // `session.tool`: the tool stream of runs another client started, as the
+            // gateway sends it to session subscribers (`sessions.subscribe`).
+            "agent" | "session.tool" => self.agent(payload),
             "exec.approval.requested" | "exec.approval.resolved" => {
                 let (from, to) = if name == "exec.approval.requested" {
                     (AgentState::Acting, AgentState::Waiting)

@@ -14,7 +14,19 @@
 //!   `control.answer` into `exec.approval.resolve`.
 //! - [`parse_decoder`] reads captures for `patchbay parse --protocol openclaw`.
 //!
-//! A transport: open the socket, feed every frame to [`Handshake::on_frame`] and send
+//! The transport is [`register`]ed as `type = "openclaw"` ([`OpenClawConfig`]): it
+//! connects, completes the handshake within `connect_timeout_ms`, decodes every frame,
+//! and reconnects with `min(1 s·2^(n−1), 30 s)` plus jitter ([`Backoff`]), 10 attempts
+//! by default, counted again from 0 after a success. A refusal that a retry cannot fix
+//! (a wrong token, no common protocol) is a `failed` state at once, with no retry loop.
+//! Declared under `[outputs.NAME]` it also sends `chat.abort` for `control.interrupt` /
+//! `control.cancel` (and `exec.approval.resolve` for `control.answer`), asking for the
+//! `operator.write` and `operator.admin` scopes (the gateway lets only an admin abort a
+//! run another client started); under `[sources.NAME]` it only listens. It also sends
+//! `sessions.subscribe`, without which the gateway sends a run's tool stream only to
+//! the client that started it.
+//!
+//! How the transport uses the pure parts: open the socket, feed every frame to [`Handshake::on_frame`] and send
 //! what it says until `Connected`; then feed frames to [`OpenClawDecoder::decode_frame`]
 //! (and `res` frames to [`PendingRequests::on_response`]); on `Failed`, reconnect only if
 //! [`ConnectFailure::retryable`].
@@ -35,6 +47,10 @@
 //! | `tool` `result`           | `tool_result {toolName, callId, success: !isError, output: result}` |
 //! | `usage`                   | `token_usage` when it has a token count (the missing one is 0, named in `metadata.missing`), else `openclaw.usage` |
 //! | other stream `S`          | `openclaw.S` (`openclaw.run_status`, `openclaw.item`, …)    |
+//!
+//! `session.tool` events (the tool stream of a run another client started, sent to
+//! clients that called `sessions.subscribe`) decode like `agent` events, with
+//! `metadata.event = "session.tool"`.
 //!
 //! Other events: `chat` → `openclaw.chat`, passed through (it repeats the `agent`
 //! streams: decoding both would double every token); `exec.approval.requested` →
@@ -64,9 +80,11 @@
 
 #![warn(missing_docs)]
 
+mod backoff;
 mod decode;
 mod encode;
 mod handshake;
+mod transport;
 
 pub use decode::{OpenClawDecoder, OpenClawStream, RunRef, RunTracker};
 pub use encode::{EncodeError, OutgoingRequest, encode_control, encode_control_with_id};
@@ -75,7 +93,25 @@ pub use handshake::{
     PendingRequests, RpcOutcome, connect_frame, is_challenge,
 };
 
+pub use backoff::{Backoff, jitter_unit, with_jitter};
+pub use transport::{DEFAULT_URL, OpenClawConfig, default_config_file, token_from_file};
+
+use patchbay_graph::{OutputKind, Registry, WhenFull};
 use patchbay_signal::decode::StreamDecoder;
+
+/// Registers `type = "openclaw"`: as an output it talks both ways (aborts to the
+/// gateway, its events out of `NAME.inbound`; the queue blocks when full); as a source
+/// it only listens.
+pub fn register(registry: &mut Registry) {
+    registry.source("openclaw", transport::build_source).output(
+        "openclaw",
+        OutputKind {
+            build: transport::build_output,
+            inbound: true,
+            when_full: WhenFull::Block,
+        },
+    );
+}
 
 /// The decoder `patchbay parse --protocol openclaw` drives: NDJSON, one frame per line,
 /// bare or recorded (`{"t","dir","frame"}`; only `dir: "in"` lines are decoded).

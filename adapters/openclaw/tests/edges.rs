@@ -479,3 +479,24 @@ fn bad_frames_are_reported_at_the_last_good_time() {
         patchbay_testkit::assert_schema_valid(&s.to_value());
     }
 }
+
+#[test]
+fn session_tool_events_decode_like_agent_events() {
+    let mut d = dec();
+    let mut frame = agent(
+        "tool",
+        json!({"phase": "start", "name": "ls", "toolCallId": "c1", "args": {"path": "."}}),
+    );
+    frame["event"] = json!("session.tool");
+    let out = decode(&mut d, frame);
+    assert_eq!(kinds(&out), ["tool_call"]);
+    assert_eq!(out[0].payload["toolName"], "ls");
+    assert_eq!(out[0].correlation_id.as_deref(), Some("r1"));
+    assert_eq!(out[0].meta("event"), Some(&json!("session.tool")));
+    let mut frame = agent(
+        "tool",
+        json!({"phase": "result", "name": "ls", "toolCallId": "c1", "isError": false, "result": "x"}),
+    );
+    frame["event"] = json!("session.tool");
+    assert_eq!(kinds(&decode(&mut d, frame)), ["tool_result"]);
+}

@@ -225,6 +225,7 @@ pub fn wrap(
             options.name = name;
             runtime.block_on(patchbay_jte::wrap_with(options))?
         }
+        "codelia" => runtime.block_on(patchbay_codelia::wrap(command, to))?,
         other => anyhow::bail!("`wrap --protocol {other}` is not available"),
     };
     // The relay tasks may still wait on the terminal: do not wait for them.

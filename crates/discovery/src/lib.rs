@@ -15,7 +15,10 @@
 //! `"data": null`, LM Studio without `created`, Ollama's `/api/tags`). The result prints
 //! as a table ([`render_table`]) or as JSON (`serde_json::to_string(&services)`).
 
+mod daemon;
 pub mod http;
+
+pub use daemon::{DiscoveredSource, register};
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -354,7 +357,7 @@ fn display_home(path: &std::path::Path) -> String {
 }
 
 /// The MIDI ports, listed on a blocking thread within the timeout.
-async fn probe_midi(lister: Option<MidiLister>, timeout: Duration) -> Option<Service> {
+pub async fn probe_midi(lister: Option<MidiLister>, timeout: Duration) -> Option<Service> {
     let lister = lister?;
     let address = "midi".to_owned();
     let listing =

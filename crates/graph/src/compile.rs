@@ -161,7 +161,14 @@ pub struct TestOutput {
     pub expect: Vec<serde_json::Value>,
 }
 
-const SECTIONS: [&str; 5] = ["sources", "filters", "outputs", "runtime", "tests"];
+const SECTIONS: [&str; 6] = [
+    "sources",
+    "filters",
+    "outputs",
+    "runtime",
+    "tests",
+    "discovery",
+];
 /// Keys the runtime reads from an output's table before handing it the rest.
 const OUTPUT_COMMON: [&str; 4] = ["type", "inputs", "when_full", "queue"];
 
@@ -206,6 +213,7 @@ pub fn compile_with_env(
     let mut decls: Vec<Decl<'_>> = Vec::new();
     let mut runtime_tables = Vec::new();
     let mut test_tables = Vec::new();
+    let mut discovery_tables = Vec::new();
 
     for (fi, file) in files.iter().enumerate() {
         let mut doc = match DeTable::parse(&file.text) {
@@ -233,11 +241,15 @@ pub fn compile_with_env(
                     test_tables.push((fi, value));
                     continue;
                 }
+                "discovery" if registry.discovery_builder().is_some() => {
+                    discovery_tables.push((fi, key.span(), value));
+                    continue;
+                }
                 other => {
                     errors.push(file.error(
                         key.span(),
                         format!(
-                            "unknown section `{other}`{}; a config has [sources.NAME], [filters.NAME], [outputs.NAME], [runtime] and [[tests]]",
+                            "unknown section `{other}`{}; a config has [sources.NAME], [filters.NAME], [outputs.NAME], [runtime], [discovery] and [[tests]]",
                             suggestion(other, SECTIONS)
                         ),
                     ));
@@ -308,7 +320,10 @@ pub fn compile_with_env(
 
     // Build every component from its options.
     struct Built {
-        decl: usize,
+        /// Declaration order, to keep nodes in the order the user wrote them.
+        order: usize,
+        name: String,
+        location: Location,
         type_name: String,
         kind: NodeKind,
         inputs: Vec<(Spanned<String>, usize)>,
@@ -440,7 +455,9 @@ pub fn compile_with_env(
         };
         match result {
             Ok((kind, inbound)) => built.push(Built {
-                decl: di,
+                order: di,
+                name: d.name.clone(),
+                location: file.location(d.name_span.start),
                 type_name,
                 kind,
                 inputs,
@@ -453,13 +470,65 @@ pub fn compile_with_env(
         }
     }
 
+    // [discovery]: sources named `local:<service>`, feeding the outputs it names.
+    let mut discovery_connect: Vec<(String, Diagnostic)> = Vec::new();
+    let mut discovery_names: Vec<String> = Vec::new();
+    if let (Some(build), Some((fi, span, value))) =
+        (registry.discovery_builder(), discovery_tables.pop())
+    {
+        let file = &files[fi];
+        if let Some((other_fi, other_span, _)) = discovery_tables.first() {
+            errors.push(files[*other_fi].error(
+                other_span.clone(),
+                format!(
+                    "[discovery] is declared twice (also at {})",
+                    file.location(span.start)
+                ),
+            ));
+        }
+        let options = Options::new(file, &secrets, "discovery".into(), value);
+        match build(&options) {
+            Ok(plan) => {
+                for (k, name) in plan.connect.iter().enumerate() {
+                    discovery_connect.push((
+                        name.clone(),
+                        options.error_at(
+                            &format!("connect.{k}"),
+                            format!("`{name}` is not an output"),
+                        ),
+                    ));
+                }
+                for (k, (name, source)) in plan.sources.into_iter().enumerate() {
+                    if first_seen.contains_key(&name) {
+                        errors.push(file.error(
+                            span.clone(),
+                            format!("discovery: `{name}` is already declared"),
+                        ));
+                        continue;
+                    }
+                    discovery_names.push(name.clone());
+                    built.push(Built {
+                        order: decls.len() + k,
+                        name,
+                        location: file.location(span.start),
+                        type_name: "discovery".into(),
+                        kind: NodeKind::Source(source),
+                        inputs: Vec::new(),
+                        inbound: false,
+                    });
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+
     // Node order: sources, the inbound sides of two-way outputs, filters, outputs.
     let rank = |b: &Built| match b.kind {
         NodeKind::Source(_) => 0,
         NodeKind::Filter(_) => 1,
         _ => 2,
     };
-    built.sort_by_key(|b| (rank(b), b.decl));
+    built.sort_by_key(|b| (rank(b), b.order));
     let sources = built.iter().filter(|b| rank(b) == 0).count();
     let inbound_count = built.iter().filter(|b| b.inbound).count();
     let filters = built.iter().filter(|b| rank(b) == 1).count();
@@ -468,13 +537,12 @@ pub fn compile_with_env(
     let mut pending: Vec<Vec<(Spanned<String>, usize)>> = Vec::new();
     let mut inbound_nodes: Vec<Node> = Vec::new();
     for (position, b) in built.into_iter().enumerate() {
-        let d = &decls[b.decl];
-        let location = files[d.file].location(d.name_span.start);
+        let location = b.location;
         if b.inbound {
             // Outputs come last, so this output's index is known now.
             let output = first_output + (position - sources - filters);
             inbound_nodes.push(Node {
-                name: format!("{}.inbound", d.name),
+                name: format!("{}.inbound", b.name),
                 type_name: "inbound".into(),
                 kind: NodeKind::Inbound { output },
                 inputs: Vec::new(),
@@ -482,7 +550,7 @@ pub fn compile_with_env(
             });
         }
         nodes.push(Node {
-            name: d.name.clone(),
+            name: b.name,
             type_name: b.type_name,
             kind: b.kind,
             inputs: Vec::new(),
@@ -528,6 +596,25 @@ pub fn compile_with_env(
     }
     for (node, edges) in nodes.iter_mut().zip(resolved) {
         node.inputs = edges;
+    }
+    for (output, error) in discovery_connect {
+        match by_name.get(&output) {
+            Some(&o) if matches!(nodes[o].kind, NodeKind::Output { .. }) => {
+                for name in &discovery_names {
+                    if let Some(&from) = by_name.get(name) {
+                        let edge = Edge {
+                            from,
+                            port: Port::Main,
+                        };
+                        if !nodes[o].inputs.contains(&edge) {
+                            nodes[o].inputs.push(edge);
+                        }
+                    }
+                }
+            }
+            _ if failed.contains(&output) => {}
+            _ => errors.push(error),
+        }
     }
     if let Some(cycle) = find_cycle(&nodes) {
         let at = &nodes[cycle[0]];

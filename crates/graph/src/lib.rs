@@ -23,5 +23,5 @@ pub use component::{
 pub use config::{Diagnostic, Options, SourceText};
 pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
 pub use queue::{SignalQueue, WhenFull};
-pub use registry::{OutputKind, Registry};
+pub use registry::{DiscoveryBuilder, DiscoveryPlan, OutputKind, Registry};
 pub use telemetry::{ComponentStats, HealthState, Telemetry};

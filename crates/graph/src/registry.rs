@@ -1,6 +1,7 @@
 //! Which component types exist: the CLI registers the built-in filters and every adapter.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::component::{Output, Source};
 use crate::config::{Diagnostic, Options};
@@ -13,6 +14,19 @@ pub type SourceBuilder = fn(&Options<'_>) -> Result<Box<dyn Source>, Diagnostic>
 pub type FilterBuilder = fn(&Options<'_>) -> Result<FilterSpec, Diagnostic>;
 /// Builds an output from its options (no I/O).
 pub type OutputBuilder = fn(&Options<'_>) -> Result<Box<dyn Output>, Diagnostic>;
+
+/// What the `[discovery]` section of a config makes: sources named `local:<service>`, and
+/// the outputs they feed.
+pub struct DiscoveryPlan {
+    /// The sources, by name.
+    pub sources: Vec<(String, Box<dyn Source>)>,
+    /// The outputs every discovered source feeds.
+    pub connect: Vec<String>,
+}
+
+/// Builds the discovery sources from the `[discovery]` table (no I/O).
+pub type DiscoveryBuilder =
+    Arc<dyn Fn(&Options<'_>) -> Result<DiscoveryPlan, Diagnostic> + Send + Sync>;
 
 /// An output type.
 #[derive(Clone, Copy)]
@@ -31,6 +45,7 @@ pub struct Registry {
     sources: BTreeMap<&'static str, SourceBuilder>,
     filters: BTreeMap<&'static str, FilterBuilder>,
     outputs: BTreeMap<&'static str, OutputKind>,
+    discovery: Option<DiscoveryBuilder>,
 }
 
 impl Registry {
@@ -55,6 +70,16 @@ impl Registry {
     pub fn output(&mut self, type_name: &'static str, kind: OutputKind) -> &mut Self {
         self.outputs.insert(type_name, kind);
         self
+    }
+
+    /// Registers what the `[discovery]` section builds.
+    pub fn discovery(&mut self, build: DiscoveryBuilder) -> &mut Self {
+        self.discovery = Some(build);
+        self
+    }
+
+    pub(crate) fn discovery_builder(&self) -> Option<&DiscoveryBuilder> {
+        self.discovery.as_ref()
     }
 
     pub(crate) fn source_builder(&self, t: &str) -> Option<SourceBuilder> {

@@ -203,7 +203,8 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
             }
             match stopping {
                 Some(at) => {
-                    let _ = tokio::time::timeout_at(at, deliver(&mut pending, &queues, &stats)).await;
+                    let _ =
+                        tokio::time::timeout_at(at, deliver(&mut pending, &queues, &stats)).await;
                 }
                 None => deliver(&mut pending, &queues, &stats).await,
             }

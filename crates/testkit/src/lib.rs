@@ -49,7 +49,10 @@ pub fn schema_errors(signal: &Value) -> Vec<String> {
 /// sajou's signal schema.
 pub fn assert_schema_valid(signal: &Value) {
     let errors = schema_errors(signal);
-    assert!(errors.is_empty(), "schema-invalid signal {signal}: {errors:?}");
+    assert!(
+        errors.is_empty(),
+        "schema-invalid signal {signal}: {errors:?}"
+    );
 }
 
 /// The well-known types: signals of these must always validate.

@@ -1,0 +1,524 @@
+//! `patchbay wrap --protocol codelia -- COMMAND…`: sits between a UI and its runtime,
+//! relays both byte streams untouched, and publishes what it decodes on the side.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Read;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use patchbay_signal::decode::LineSplitter;
+use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_signal::{Signal, now_ms};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+use crate::decode::{CodeliaDecoder, id_key};
+
+/// Where `wrap` publishes by default: a sidecar on its default address.
+pub const DEFAULT_PUBLISH_URL: &str = "http://127.0.0.1:7878";
+
+/// Longest NDJSON line decoded (longer ones are still relayed, and reported once).
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// Signals waiting for the publisher; past this the relay drops new ones (it never
+/// waits for the publisher).
+const QUEUE: usize = 4096;
+
+/// Signals kept while patchbay is unreachable; past this the oldest are dropped.
+const MAX_BUFFER: usize = 10_000;
+
+/// Signals per `POST /signal`.
+const MAX_BATCH: usize = 256;
+
+/// How long `wrap` tries to deliver what is left after the runtime exited.
+const FINAL_FLUSH: Duration = Duration::from_secs(3);
+
+/// Watches a Codelia conversation from the side: runtime → UI lines are decoded into
+/// signals; UI → runtime lines keep the decoder's bookkeeping right (an answered
+/// `ui.*.request` is no longer pending). Pure: bytes in, signals out.
+#[derive(Debug)]
+pub struct WrapObserver {
+    decoder: CodeliaDecoder,
+    from_runtime: LineSplitter,
+    from_ui: LineSplitter,
+    ui_requests: HashMap<String, String>,
+}
+
+impl WrapObserver {
+    /// An observer whose signals come from `source`.
+    pub fn new(source: impl Into<String>) -> Self {
+        WrapObserver {
+            decoder: CodeliaDecoder::new(source),
+            from_runtime: LineSplitter::with_max_line(MAX_LINE),
+            from_ui: LineSplitter::with_max_line(MAX_LINE),
+            ui_requests: HashMap::new(),
+        }
+    }
+
+    /// The decoder (current run, pending requests).
+    pub fn decoder(&self) -> &CodeliaDecoder {
+        &self.decoder
+    }
+
+    /// Bytes the runtime wrote to the UI.
+    pub fn runtime_bytes(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
+        let Self {
+            decoder,
+            from_runtime,
+            ui_requests,
+            ..
+        } = self;
+        from_runtime.feed(bytes, |line| runtime_line(decoder, ui_requests, line, out));
+    }
+
+    /// Bytes the UI wrote to the runtime.
+    pub fn ui_bytes(&mut self, bytes: &[u8]) {
+        let Self {
+            decoder,
+            from_ui,
+            ui_requests,
+            ..
+        } = self;
+        from_ui.feed(bytes, |line| ui_line(decoder, ui_requests, line));
+    }
+
+    /// Both streams ended: decodes a last runtime line without a newline.
+    pub fn finish(&mut self, out: &mut Vec<Decoded>) {
+        let Self {
+            decoder,
+            from_runtime,
+            ui_requests,
+            ..
+        } = self;
+        from_runtime.finish(|line| runtime_line(decoder, ui_requests, line, out));
+    }
+}
+
+fn runtime_line(
+    decoder: &mut CodeliaDecoder,
+    ui_requests: &mut HashMap<String, String>,
+    line: Result<&str, &str>,
+    out: &mut Vec<Decoded>,
+) {
+    let text = match line {
+        Ok(text) => text.trim(),
+        Err(cut) => {
+            out.push(Decoded::BadInput(bad_input_signal(
+                decoder.source(),
+                now_ms(),
+                cut,
+                "line too long",
+            )));
+            return;
+        }
+    };
+    if text.is_empty() {
+        return;
+    }
+    let msg = match serde_json::from_str::<Value>(text) {
+        Ok(msg) => msg,
+        Err(_) => return decoder.decode_text(text, out),
+    };
+    // A response to a request the UI sent: name its method, as the UI client does.
+    let answered = match (msg.get("method"), msg.get("id")) {
+        (None, Some(id)) => ui_requests.remove(&id_key(id)),
+        _ => None,
+    };
+    let start = out.len();
+    decoder.decode_message(msg, None, out);
+    if let Some(method) = answered {
+        for decoded in &mut out[start..] {
+            if let Decoded::Signal(s) = decoded
+                && s.kind == "codelia.response"
+            {
+                s.payload
+                    .insert("method".into(), Value::String(method.clone()));
+            }
+        }
+    }
+}
+
+/// How many UI requests are remembered for naming their responses (a UI that never
+/// gets answers must not grow this forever).
+const MAX_UI_REQUESTS: usize = 1024;
+
+fn ui_line(
+    decoder: &mut CodeliaDecoder,
+    ui_requests: &mut HashMap<String, String>,
+    line: Result<&str, &str>,
+) {
+    let Ok(text) = line else { return };
+    let Ok(msg) = serde_json::from_str::<Value>(text.trim()) else {
+        return;
+    };
+    match (msg.get("method").and_then(Value::as_str), msg.get("id")) {
+        (Some(method), Some(id)) if !id.is_null() => {
+            if ui_requests.len() >= MAX_UI_REQUESTS {
+                ui_requests.clear();
+            }
+            ui_requests.insert(id_key(id), method.to_owned());
+        }
+        (None, Some(id)) => {
+            // The UI answered one of the runtime's requests.
+            decoder.take_pending(&id_key(id));
+        }
+        _ => {}
+    }
+}
+
+/// Runs `command` as a Codelia runtime between this process's standard input/output
+/// (the UI that started `wrap`) and the child, relaying both directions byte for byte
+/// (the child's standard error is inherited), and publishes the decoded signals to a
+/// running patchbay with `POST {to}/signal` (JSON array batches). Publishing never
+/// slows the relay: when patchbay cannot be reached, signals are buffered (bounded) and
+/// retried, and a warning goes to standard error. Returns the child's exit code (128 +
+/// the signal number when a signal ended it).
+pub async fn wrap(command: Vec<String>, to: String) -> anyhow::Result<i32> {
+    // A plain thread reads stdin: a blocking read cannot be cancelled, and on a runtime's
+    // blocking pool it would keep the process from exiting until the UI writes again.
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(16);
+    std::thread::Builder::new()
+        .name("wrap-stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+        .context("cannot start the stdin reader")?;
+    wrap_io(command, to, rx, tokio::io::stdout()).await
+}
+
+/// [`wrap`] with the UI's side given: `ui_in` yields what the UI writes (closed = end
+/// of input), `ui_out` receives what the runtime writes.
+pub async fn wrap_io(
+    command: Vec<String>,
+    to: String,
+    mut ui_in: mpsc::Receiver<Vec<u8>>,
+    mut ui_out: impl AsyncWrite + Unpin + Send + 'static,
+) -> anyhow::Result<i32> {
+    let (program, args) = command
+        .split_first()
+        .context("wrap needs a command to run: patchbay wrap --protocol codelia -- COMMAND…")?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start `{program}`"))?;
+    let mut child_in = child.stdin.take().context("the child has no stdin")?;
+    let mut child_out = child.stdout.take().context("the child has no stdout")?;
+
+    let observer = std::sync::Arc::new(std::sync::Mutex::new(WrapObserver::new("codelia:wrap")));
+    let (publish_tx, publish_rx) = mpsc::channel::<Signal>(QUEUE);
+    let publisher = tokio::spawn(publish(to, publish_rx));
+
+    // UI → runtime.
+    let ui_observer = std::sync::Arc::clone(&observer);
+    let to_runtime = tokio::spawn(async move {
+        while let Some(chunk) = ui_in.recv().await {
+            if child_in.write_all(&chunk).await.is_err() || child_in.flush().await.is_err() {
+                break; // the runtime is gone; its exit ends the wrap
+            }
+            lock(&ui_observer).ui_bytes(&chunk);
+        }
+        // End of the UI's input: the runtime sees end of file too (child_in dropped).
+    });
+
+    // Runtime → UI.
+    let rt_observer = std::sync::Arc::clone(&observer);
+    let relay_tx = publish_tx.clone();
+    let to_ui = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut out = Vec::new();
+        let mut dropped = 0u64;
+        loop {
+            let n = match child_out.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // The UI first; decoding comes after and never delays it.
+            if ui_out.write_all(&buf[..n]).await.is_err() || ui_out.flush().await.is_err() {
+                // The UI went away: keep draining the runtime so that it is not blocked.
+            }
+            lock(&rt_observer).runtime_bytes(&buf[..n], &mut out);
+            for decoded in out.drain(..) {
+                let (Decoded::Signal(s) | Decoded::BadInput(s)) = decoded;
+                if relay_tx.try_send(s).is_err() {
+                    dropped += 1;
+                    if dropped == 1 {
+                        eprintln!(
+                            "patchbay wrap: the publish queue is full; signals are dropped (the relay goes on)"
+                        );
+                    }
+                }
+            }
+        }
+        lock(&rt_observer).finish(&mut out);
+        for decoded in out.drain(..) {
+            let (Decoded::Signal(s) | Decoded::BadInput(s)) = decoded;
+            let _ = relay_tx.try_send(s);
+        }
+    });
+
+    let status = child.wait().await.context("waiting for the runtime")?;
+    // The runtime's last output is relayed before exiting (bounded: a grandchild may
+    // hold its stdout open).
+    let _ = tokio::time::timeout(Duration::from_secs(2), to_ui).await;
+    to_runtime.abort();
+    drop(publish_tx);
+    let _ = tokio::time::timeout(FINAL_FLUSH + Duration::from_secs(1), publisher).await;
+    Ok(exit_code(status))
+}
+
+fn lock(observer: &std::sync::Mutex<WrapObserver>) -> std::sync::MutexGuard<'_, WrapObserver> {
+    observer.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    if let Some(code) = status.code() {
+        return code;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return 128 + signal;
+        }
+    }
+    1
+}
+
+/// The publisher: batches signals into `POST {to}/signal`; while patchbay cannot be
+/// reached it keeps at most [`MAX_BUFFER`] signals (dropping the oldest) and retries
+/// with a growing delay, warning once per outage on standard error.
+async fn publish(to: String, mut rx: mpsc::Receiver<Signal>) {
+    let url = format!("{}/signal", to.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new());
+    let mut buffer: VecDeque<Signal> = VecDeque::new();
+    let mut dropped = 0u64;
+    let mut failing = false;
+    let mut delay = Duration::from_millis(250);
+    let mut open = true;
+    let mut final_deadline: Option<tokio::time::Instant> = None;
+    loop {
+        if buffer.is_empty() {
+            if !open {
+                return;
+            }
+            match rx.recv().await {
+                Some(s) => buffer.push_back(s),
+                None => return,
+            }
+        }
+        while buffer.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(s) => push_bounded(&mut buffer, s, &mut dropped),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        let n = buffer.len().min(MAX_BATCH);
+        let body = batch_body(buffer.iter().take(n));
+        let sent = client
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => {
+                buffer.drain(..n);
+                if failing {
+                    failing = false;
+                    eprintln!(
+                        "patchbay wrap: publishing to {url} again{}",
+                        if dropped > 0 {
+                            format!(" ({dropped} signals were dropped meanwhile)")
+                        } else {
+                            String::new()
+                        }
+                    );
+                    dropped = 0;
+                }
+                delay = Duration::from_millis(250);
+                continue;
+            }
+            Ok(response) if response.status().is_client_error() => {
+                // patchbay refused the batch itself: sending it again would not help.
+                eprintln!(
+                    "patchbay wrap: {url} refused {n} signals ({})",
+                    response.status()
+                );
+                buffer.drain(..n);
+                continue;
+            }
+            Ok(response) => {
+                if !failing {
+                    eprintln!(
+                        "patchbay wrap: {url} answered {}; relaying goes on, signals are kept (at most {MAX_BUFFER}) and sent again",
+                        response.status()
+                    );
+                }
+            }
+            Err(e) => {
+                if !failing {
+                    eprintln!(
+                        "patchbay wrap: cannot publish to {url} ({e}); relaying goes on, signals are kept (at most {MAX_BUFFER}) and sent again"
+                    );
+                }
+            }
+        }
+        failing = true;
+        if !open {
+            // The runtime has exited: try a little longer, then give up.
+            let deadline =
+                *final_deadline.get_or_insert_with(|| tokio::time::Instant::now() + FINAL_FLUSH);
+            if tokio::time::Instant::now() >= deadline {
+                eprintln!(
+                    "patchbay wrap: {} signals could not be published",
+                    buffer.len() as u64 + dropped
+                );
+                return;
+            }
+            tokio::time::sleep(delay.min(Duration::from_millis(500))).await;
+            continue;
+        }
+        // Wait before retrying, still taking new signals so the relay never waits.
+        let wake = tokio::time::Instant::now() + delay;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => break,
+                s = rx.recv() => match s {
+                    Some(s) => push_bounded(&mut buffer, s, &mut dropped),
+                    None => {
+                        open = false;
+                        break;
+                    }
+                },
+            }
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn push_bounded(buffer: &mut VecDeque<Signal>, signal: Signal, dropped: &mut u64) {
+    if buffer.len() >= MAX_BUFFER {
+        buffer.pop_front();
+        *dropped += 1;
+    }
+    buffer.push_back(signal);
+}
+
+/// A JSON array of envelopes.
+fn batch_body<'a>(signals: impl Iterator<Item = &'a Signal>) -> String {
+    let mut body = String::from("[");
+    for (i, s) in signals.enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&s.to_json());
+    }
+    body.push(']');
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signals(out: Vec<Decoded>) -> Vec<Signal> {
+        out.into_iter()
+            .map(|d| match d {
+                Decoded::Signal(s) | Decoded::BadInput(s) => s,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_answered_request_is_no_longer_pending() {
+        let mut o = WrapObserver::new("codelia:wrap");
+        let mut out = Vec::new();
+        o.runtime_bytes(
+            br#"{"jsonrpc":"2.0","id":"ui_1","method":"ui.confirm.request","params":{"title":"Run?"}}
+"#,
+            &mut out,
+        );
+        assert_eq!(signals(out)[0].kind, "codelia.request");
+        assert!(o.decoder().pending_request("ui_1").is_some());
+        // Split across chunks, as a pipe may deliver it.
+        o.ui_bytes(br#"{"jsonrpc":"2.0","id":"ui_1","#);
+        assert!(o.decoder().pending_request("ui_1").is_some());
+        o.ui_bytes(b"\"result\":{\"ok\":true}}\n");
+        assert!(o.decoder().pending_request("ui_1").is_none());
+    }
+
+    #[test]
+    fn responses_to_the_ui_are_named_after_its_requests() {
+        let mut o = WrapObserver::new("codelia:wrap");
+        o.ui_bytes(b"{\"jsonrpc\":\"2.0\",\"id\":\"2\",\"method\":\"run.start\",\"params\":{}}\n");
+        let mut out = Vec::new();
+        o.runtime_bytes(
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"2\",\"result\":{\"run_id\":\"r1\"}}\n",
+            &mut out,
+        );
+        let s = signals(out);
+        assert_eq!(s[0].kind, "codelia.response");
+        assert_eq!(s[0].payload["method"], "run.start");
+        assert_eq!(o.decoder().current_run(), Some("r1"));
+    }
+
+    #[test]
+    fn garbage_is_reported_not_fatal() {
+        let mut o = WrapObserver::new("codelia:wrap");
+        let mut out = Vec::new();
+        o.runtime_bytes(b"not json\n", &mut out);
+        o.ui_bytes(b"\xff\xfe garbage\n");
+        o.runtime_bytes(b"{\"jsonrpc\":\"2.0\",\"method\":\"run.status\",\"params\":{\"run_id\":\"r\",\"status\":\"running\"}}", &mut out);
+        o.finish(&mut out);
+        assert!(out[0].is_bad());
+        assert_eq!(signals(out)[1].kind, "agent_state_change");
+    }
+
+    #[test]
+    fn batches_are_json_arrays() {
+        let a = Signal::new("x", "s", Default::default());
+        let body = batch_body([a.clone(), a].iter());
+        let v: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(v.as_array().map(Vec::len), Some(2));
+        assert_eq!(batch_body(std::iter::empty()), "[]");
+    }
+
+    #[test]
+    fn the_buffer_is_bounded() {
+        let mut b = VecDeque::new();
+        let mut dropped = 0;
+        for _ in 0..MAX_BUFFER + 5 {
+            push_bounded(
+                &mut b,
+                Signal::new("x", "s", Default::default()),
+                &mut dropped,
+            );
+        }
+        assert_eq!(b.len(), MAX_BUFFER);
+        assert_eq!(dropped, 5);
+    }
+}
