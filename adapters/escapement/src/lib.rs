@@ -58,14 +58,12 @@
 
 #![warn(missing_docs)]
 
-mod backoff;
 mod decode;
 mod encode;
 mod replay;
 mod transport;
 mod ui;
 
-pub use backoff::{Backoff, jitter_unit, with_jitter};
 pub use decode::{EscapementDecoder, EscapementStream, SeqDedupe};
 pub use encode::{EncodeError, encode_control};
 pub use replay::ReplayGuard;

@@ -14,10 +14,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::backoff::{Backoff, jitter_unit, with_jitter};
 use crate::decode::EscapementDecoder;
 use crate::encode::encode_control;
 use crate::replay::ReplayGuard;
+use patchbay_graph::backoff::{Backoff, jitter_unit, with_jitter};
 
 /// `[outputs.NAME]` (two-way) or `[sources.NAME]` (listen only) with `type =
 /// "escapement"`: one WebSocket connection to an Escapement agent.

@@ -12,7 +12,7 @@
 //! - [`encode`]: control signals → OSC 23199 bytes ([`encode_control`]).
 //!
 //! Everything above is pure: no I/O. The transport is [`wrap()`] (`patchbay wrap --protocol
-//! jte`, see the [`wrap`](mod@wrap) module), over [`pty`] and [`backoff`].
+//! jte`, see the [`wrap`](mod@wrap) module), over [`pty`].
 //!
 //! ```
 //! use patchbay_jte::JteParser;
@@ -22,7 +22,6 @@
 //! assert_eq!(out.events.len(), 1);
 //! ```
 
-pub mod backoff;
 pub mod encode;
 pub mod parser;
 pub mod pty;

@@ -55,9 +55,9 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::backoff::Backoff;
 use crate::pty;
 use crate::{DEFAULT_MAX_PAYLOAD, JteDecoder, JteParser, encode_control};
+use patchbay_graph::backoff::Backoff;
 
 /// Where a running patchbay's sidecar listens by default.
 pub const DEFAULT_TO: &str = "http://127.0.0.1:7878";
@@ -429,7 +429,7 @@ fn spawn_stdin_reader(tx: mpsc::Sender<Vec<u8>>) {
 
 /// Receives control signals from the sidecar and queues their escapes for the program.
 async fn control_loop(url: String, name: String, tx: mpsc::Sender<Vec<u8>>) {
-    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10), None);
     let mut warned = false;
     loop {
         match tokio_tungstenite::connect_async(url.as_str()).await {
@@ -465,7 +465,7 @@ async fn control_loop(url: String, name: String, tx: mpsc::Sender<Vec<u8>>) {
                 }
             }
         }
-        tokio::time::sleep(backoff.next_delay()).await;
+        tokio::time::sleep(backoff.next_jittered().unwrap_or_default()).await;
     }
 }
 

@@ -80,7 +80,6 @@
 
 #![warn(missing_docs)]
 
-mod backoff;
 mod decode;
 mod encode;
 mod handshake;
@@ -93,7 +92,6 @@ pub use handshake::{
     PendingRequests, RpcOutcome, connect_frame, is_challenge,
 };
 
-pub use backoff::{Backoff, jitter_unit, with_jitter};
 pub use transport::{DEFAULT_URL, OpenClawConfig, default_config_file, token_from_file};
 
 use patchbay_graph::{OutputKind, Registry, WhenFull};

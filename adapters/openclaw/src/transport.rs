@@ -15,12 +15,12 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::backoff::{Backoff, jitter_unit, with_jitter};
 use crate::decode::OpenClawDecoder;
 use crate::encode::encode_control;
 use crate::handshake::{
     ConnectConfig, ConnectFailure, Handshake, HandshakeStep, PendingRequests, RpcOutcome,
 };
+use patchbay_graph::backoff::{Backoff, jitter_unit, with_jitter};
 
 /// The gateway's default address.
 pub const DEFAULT_URL: &str = "ws://127.0.0.1:18789";

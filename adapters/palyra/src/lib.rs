@@ -22,7 +22,6 @@
 //! output ([`register`], [`PalyraConfig`]).
 
 pub mod acp;
-pub mod backoff;
 pub mod decode;
 pub mod realtime;
 pub mod transport;

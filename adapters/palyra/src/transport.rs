@@ -50,11 +50,11 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode, header};
 
-use crate::backoff::Backoff;
 use crate::{
     ACP_COMMAND_PATH, AcpClientContext, AcpCommander, AcpRequest, HandshakeOptions, PalyraDecoder,
     RealtimeResume, Subscription,
 };
+use patchbay_graph::backoff::Backoff;
 
 /// The component type name in configs.
 pub const TYPE_NAME: &str = "palyra";
@@ -462,6 +462,7 @@ async fn send_command(
     let mut backoff = Backoff::new(
         Duration::from_millis(config.command_backoff_ms),
         Duration::from_millis(config.command_backoff_ms.saturating_mul(16)),
+        None,
     );
     let mut last_error = String::new();
     for attempt in 1..=config.command_attempts {
@@ -484,7 +485,7 @@ async fn send_command(
             Err(err) => last_error = without_url(&err),
         }
         if attempt < config.command_attempts {
-            tokio::time::sleep(backoff.next_delay()).await;
+            tokio::time::sleep(backoff.next_jittered().unwrap_or_default()).await;
             request = request.retry();
         }
     }
@@ -542,6 +543,7 @@ async fn realtime_loop(
     let mut backoff = Backoff::new(
         Duration::from_millis(config.backoff_initial_ms),
         Duration::from_millis(config.backoff_max_ms),
+        None,
     );
     let shutdown = emit.shutdown().clone();
     health.set(HealthState::Starting, None);
@@ -561,7 +563,7 @@ async fn realtime_loop(
         };
         // Failures in a row, this one included (an accepted handshake resets the count).
         if let Some(max) = config.max_attempts
-            && backoff.failures().saturating_add(1) >= max
+            && backoff.attempts().saturating_add(1) >= max
         {
             health.set(
                 HealthState::Failed,
@@ -570,7 +572,7 @@ async fn realtime_loop(
             shutdown.wait().await;
             return Ok(());
         }
-        let delay = backoff.next_delay();
+        let delay = backoff.next_jittered().unwrap_or_default();
         health.set(
             HealthState::Recovering,
             Some(format!(

@@ -5,6 +5,7 @@
 //! interfaces components implement ([`filter`] for filters, [`component`] for sources and
 //! outputs), and runs the graph ([`engine`] synchronously, [`runtime`] with tokio).
 
+pub mod backoff;
 pub mod compile;
 pub mod component;
 pub mod config;

@@ -1,10 +1,11 @@
-//! The reconnect policy: capped exponential backoff with jitter, as a pure value.
+//! The reconnect policy every transport uses: capped exponential backoff with jitter, as a
+//! pure value (tests check the delay sequence without sleeping).
 
 use std::time::Duration;
 
 /// Delays between reconnection attempts: attempt `n` (1-based, counted since the last
 /// success) waits `min(initial·2^(n−1), max)`, plus up to a quarter of that as jitter
-/// so that many clients of one restarted gateway do not reconnect in lockstep.
+/// so that many clients of one restarted peer do not reconnect in lockstep.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backoff {
     initial: Duration,
@@ -35,6 +36,11 @@ impl Backoff {
         let exponent = (self.attempts - 1).min(31);
         let delay = self.initial.saturating_mul(1u32 << exponent);
         Some(delay.min(self.max))
+    }
+
+    /// [`Backoff::next_delay`] with jitter ([`with_jitter`]).
+    pub fn next_jittered(&mut self) -> Option<Duration> {
+        self.next_delay().map(|d| with_jitter(d, jitter_unit()))
     }
 
     /// How many attempts failed since the last success.
