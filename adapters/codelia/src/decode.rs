@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use patchbay_signal::decode::{LineSplitter, RecordedLine, StreamDecoder, recorded_line};
+use patchbay_signal::decode::{FrameDecoder, FrameLines};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
@@ -564,57 +564,14 @@ fn retry_message(event: &Object) -> String {
 
 /// The byte-stream form of [`CodeliaDecoder`]: NDJSON lines, bare or recorded
 /// `{"t","dir","msg"}` (only `dir: "in"` is decoded, with `t` as the fallback timestamp).
-#[derive(Debug, Clone)]
-pub struct CodeliaStream {
-    lines: LineSplitter,
-    decoder: CodeliaDecoder,
-}
+pub type CodeliaStream = FrameLines<CodeliaDecoder>;
 
-impl CodeliaStream {
-    /// A stream decoder whose signals come from `source`.
-    pub fn new(source: impl Into<String>) -> Self {
-        CodeliaStream {
-            lines: LineSplitter::new(),
-            decoder: CodeliaDecoder::new(source),
-        }
+impl FrameDecoder for CodeliaDecoder {
+    fn decode_frame(&mut self, frame: Value, recorded_t: Option<i64>, out: &mut Vec<Decoded>) {
+        CodeliaDecoder::decode_message(self, frame, recorded_t, out);
     }
 
-    /// The message decoder inside (current run, pending requests).
-    pub fn decoder(&self) -> &CodeliaDecoder {
-        &self.decoder
-    }
-}
-
-fn decode_line(decoder: &mut CodeliaDecoder, line: Result<&str, &str>, out: &mut Vec<Decoded>) {
-    let text = match line {
-        Ok(text) => text.trim(),
-        Err(cut) => {
-            out.push(decoder.bad(cut, "line too long"));
-            return;
-        }
-    };
-    if text.is_empty() {
-        return;
-    }
-    match serde_json::from_str::<Value>(text) {
-        Ok(value) => match recorded_line(value) {
-            RecordedLine::Bare(msg) => decoder.decode_message(msg, None, out),
-            RecordedLine::Incoming { t, frame } => decoder.decode_message(frame, t, out),
-            RecordedLine::Other => {}
-        },
-        Err(err) => out.push(decoder.bad(text, &format!("not JSON: {err}"))),
-    }
-}
-
-impl StreamDecoder for CodeliaStream {
-    fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
-        let decoder = &mut self.decoder;
-        self.lines
-            .feed(bytes, |line| decode_line(decoder, line, out));
-    }
-
-    fn finish(&mut self, out: &mut Vec<Decoded>) {
-        let decoder = &mut self.decoder;
-        self.lines.finish(|line| decode_line(decoder, line, out));
+    fn bad_line(&self, raw: &str, message: &str) -> Decoded {
+        self.bad(raw, message)
     }
 }

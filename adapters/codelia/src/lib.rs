@@ -90,5 +90,5 @@ pub fn register(registry: &mut Registry) {
 /// per line, bare or recorded (`{"t","dir","msg"}`; only `dir: "in"`, runtime → UI, is
 /// decoded; `out`, `stderr`, `note` and `exit` lines are skipped).
 pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
-    Box::new(CodeliaStream::new(source))
+    Box::new(CodeliaStream::new(CodeliaDecoder::new(source)))
 }

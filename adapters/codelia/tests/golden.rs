@@ -2,7 +2,7 @@
 
 mod support;
 
-use patchbay_codelia::CodeliaStream;
+use patchbay_codelia::{CodeliaDecoder, CodeliaStream};
 use patchbay_signal::Signal;
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_testkit::fixture_text;
@@ -54,7 +54,7 @@ fn initialize_session_model() {
 #[test]
 fn run_mock_cancel() {
     let text = fixture_text("codelia/codelia-run-mock-cancel.ndjson");
-    let mut stream = CodeliaStream::new(AGENT);
+    let mut stream = CodeliaStream::new(CodeliaDecoder::new(AGENT));
     let mut decoded = Vec::new();
     stream.feed(text.as_bytes(), &mut decoded);
     stream.finish(&mut decoded);
@@ -92,7 +92,7 @@ fn run_mock_cancel() {
 #[test]
 fn run_mock_toolcalls() {
     let text = fixture_text("codelia/codelia-run-mock-toolcalls.ndjson");
-    let mut stream = CodeliaStream::new(AGENT);
+    let mut stream = CodeliaStream::new(CodeliaDecoder::new(AGENT));
     let mut decoded = Vec::new();
     stream.feed(text.as_bytes(), &mut decoded);
     stream.finish(&mut decoded);
@@ -203,7 +203,7 @@ fn run_mock_toolcalls() {
 #[test]
 fn tui_test_wire_messages() {
     let text = fixture_text("codelia/tui-test-wire-messages.ndjson");
-    let mut stream = CodeliaStream::new(AGENT);
+    let mut stream = CodeliaStream::new(CodeliaDecoder::new(AGENT));
     let mut decoded = Vec::new();
     stream.feed(text.as_bytes(), &mut decoded);
     stream.finish(&mut decoded);

@@ -93,5 +93,5 @@ pub fn register(registry: &mut Registry) {
 /// bare or recorded (`{"t","dir","frame"}`, only `dir: "in"` lines are decoded). Frames
 /// whose `seq` was already seen are dropped, as after a reconnect.
 pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
-    Box::new(EscapementStream::new(source))
+    Box::new(EscapementStream::new(EscapementDecoder::new(source)))
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use patchbay_signal::decode::{LineSplitter, RecordedLine, StreamDecoder, recorded_line};
+use patchbay_signal::decode::{FrameDecoder, FrameLines};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
@@ -697,57 +697,14 @@ fn as_count(v: Option<&Value>) -> Option<u64> {
 /// The byte-stream form of [`OpenClawDecoder`]: NDJSON lines, each a bare frame or a
 /// recorded line `{"t","dir","frame"}` (only `dir: "in"` is decoded, with `t` as the
 /// fallback timestamp).
-#[derive(Debug, Clone)]
-pub struct OpenClawStream {
-    lines: LineSplitter,
-    decoder: OpenClawDecoder,
-}
+pub type OpenClawStream = FrameLines<OpenClawDecoder>;
 
-impl OpenClawStream {
-    /// A stream decoder whose signals come from `source`.
-    pub fn new(source: impl Into<String>) -> Self {
-        OpenClawStream {
-            lines: LineSplitter::new(),
-            decoder: OpenClawDecoder::new(source),
-        }
+impl FrameDecoder for OpenClawDecoder {
+    fn decode_frame(&mut self, frame: Value, recorded_t: Option<i64>, out: &mut Vec<Decoded>) {
+        OpenClawDecoder::decode_frame(self, frame, recorded_t, out);
     }
 
-    /// The frame decoder inside (runs seen).
-    pub fn decoder(&self) -> &OpenClawDecoder {
-        &self.decoder
-    }
-}
-
-fn decode_line(decoder: &mut OpenClawDecoder, line: Result<&str, &str>, out: &mut Vec<Decoded>) {
-    let text = match line {
-        Ok(text) => text.trim(),
-        Err(cut) => {
-            out.push(decoder.bad(cut, "line too long"));
-            return;
-        }
-    };
-    if text.is_empty() {
-        return;
-    }
-    match serde_json::from_str::<Value>(text) {
-        Ok(value) => match recorded_line(value) {
-            RecordedLine::Bare(frame) => decoder.decode_frame(frame, None, out),
-            RecordedLine::Incoming { t, frame } => decoder.decode_frame(frame, t, out),
-            RecordedLine::Other => {}
-        },
-        Err(err) => out.push(decoder.bad(text, &format!("not JSON: {err}"))),
-    }
-}
-
-impl StreamDecoder for OpenClawStream {
-    fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
-        let decoder = &mut self.decoder;
-        self.lines
-            .feed(bytes, |line| decode_line(decoder, line, out));
-    }
-
-    fn finish(&mut self, out: &mut Vec<Decoded>) {
-        let decoder = &mut self.decoder;
-        self.lines.finish(|line| decode_line(decoder, line, out));
+    fn bad_line(&self, raw: &str, message: &str) -> Decoded {
+        self.bad(raw, message)
     }
 }

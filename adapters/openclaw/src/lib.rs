@@ -114,5 +114,5 @@ pub fn register(registry: &mut Registry) {
 /// The decoder `patchbay parse --protocol openclaw` drives: NDJSON, one frame per line,
 /// bare or recorded (`{"t","dir","frame"}`; only `dir: "in"` lines are decoded).
 pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
-    Box::new(OpenClawStream::new(source))
+    Box::new(OpenClawStream::new(OpenClawDecoder::new(source)))
 }

@@ -2,7 +2,7 @@
 
 mod support;
 
-use patchbay_openclaw::OpenClawStream;
+use patchbay_openclaw::{OpenClawDecoder, OpenClawStream};
 use patchbay_signal::Signal;
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_testkit::fixture_text;
@@ -108,7 +108,7 @@ fn refused_connections_are_errors() {
 
 fn chat_send() -> (Vec<Signal>, OpenClawStream) {
     let text = fixture_text("openclaw/openclaw-chat-send-mock-toolcall.jsonl");
-    let mut stream = OpenClawStream::new("parse:openclaw");
+    let mut stream = OpenClawStream::new(OpenClawDecoder::new("parse:openclaw"));
     let mut decoded = Vec::new();
     stream.feed(text.as_bytes(), &mut decoded);
     stream.finish(&mut decoded);

@@ -137,6 +137,85 @@ pub fn is_scenario_line(object: &crate::Object) -> bool {
         && object.get("signal").is_some_and(Value::is_object)
 }
 
+/// A decoder of single frames (JSON values) of a frame protocol (OpenClaw, Escapement,
+/// Codelia), which [`FrameLines`] drives over NDJSON.
+pub trait FrameDecoder: Send {
+    /// Decodes one frame the peer sent; `recorded_t` is the time of a recording line, the
+    /// fallback timestamp when the frame has none.
+    fn decode_frame(&mut self, frame: Value, recorded_t: Option<i64>, out: &mut Vec<Decoded>);
+
+    /// The `error` signal reporting an unusable line.
+    fn bad_line(&self, raw: &str, message: &str) -> Decoded;
+}
+
+/// The byte-stream form of a [`FrameDecoder`]: NDJSON lines, each a bare frame or a
+/// recorded line `{"t","dir","frame"|"msg"}` (only `dir: "in"` is decoded, with `t` as the
+/// fallback timestamp).
+#[derive(Debug, Clone)]
+pub struct FrameLines<D> {
+    lines: LineSplitter,
+    decoder: D,
+}
+
+impl<D: FrameDecoder> FrameLines<D> {
+    /// Drives `decoder` over NDJSON.
+    pub fn new(decoder: D) -> Self {
+        FrameLines {
+            lines: LineSplitter::new(),
+            decoder,
+        }
+    }
+
+    /// The frame decoder inside.
+    pub fn decoder(&self) -> &D {
+        &self.decoder
+    }
+
+    /// The frame decoder inside, mutably.
+    pub fn decoder_mut(&mut self) -> &mut D {
+        &mut self.decoder
+    }
+}
+
+fn decode_frame_line<D: FrameDecoder>(
+    decoder: &mut D,
+    line: Result<&str, &str>,
+    out: &mut Vec<Decoded>,
+) {
+    let text = match line {
+        Ok(text) => text.trim(),
+        Err(cut) => {
+            out.push(decoder.bad_line(cut, "line too long"));
+            return;
+        }
+    };
+    if text.is_empty() {
+        return;
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => match recorded_line(value) {
+            RecordedLine::Bare(frame) => decoder.decode_frame(frame, None, out),
+            RecordedLine::Incoming { t, frame } => decoder.decode_frame(frame, t, out),
+            RecordedLine::Other => {}
+        },
+        Err(err) => out.push(decoder.bad_line(text, &format!("not JSON: {err}"))),
+    }
+}
+
+impl<D: FrameDecoder> StreamDecoder for FrameLines<D> {
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
+        let decoder = &mut self.decoder;
+        self.lines
+            .feed(bytes, |line| decode_frame_line(decoder, line, out));
+    }
+
+    fn finish(&mut self, out: &mut Vec<Decoded>) {
+        let decoder = &mut self.decoder;
+        self.lines
+            .finish(|line| decode_frame_line(decoder, line, out));
+    }
+}
+
 /// One line of a recorded session, as patchbay's captures store them:
 /// `{"t": ms, "dir": "in"|"out", "frame"|"msg": …}`, or a bare frame.
 #[derive(Debug, Clone, PartialEq)]
