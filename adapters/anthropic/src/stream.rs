@@ -2,6 +2,7 @@
 
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
+use patchbay_signal::now_ms;
 use patchbay_sse::{DataFramer, Framing};
 
 use crate::messages::MessagesDecoder;
@@ -41,9 +42,12 @@ impl AnthropicStreamDecoder {
 
 impl StreamDecoder for AnthropicStreamDecoder {
     fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
+        // One clock read per read of bytes, not per event: what arrived together is
+        // stamped together, and reading the clock costs more than decoding a small event.
+        let ts = now_ms();
         let messages = &mut self.messages;
         self.framer
-            .feed(bytes, |frame| messages.decode_data(frame.data, out));
+            .feed(bytes, |frame| messages.decode_data_at(frame.data, ts, out));
     }
 
     fn finish(&mut self, out: &mut Vec<Decoded>) {

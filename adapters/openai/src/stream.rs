@@ -2,6 +2,7 @@
 
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
+use patchbay_signal::now_ms;
 use patchbay_sse::{DataFramer, Framing};
 
 use crate::chat::ChatDecoder;
@@ -46,9 +47,12 @@ impl OpenAiStreamDecoder {
 
 impl StreamDecoder for OpenAiStreamDecoder {
     fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
+        // One clock read per read of bytes, not per event: what arrived together is
+        // stamped together, and reading the clock costs more than decoding a small event.
+        let ts = now_ms();
         let chat = &mut self.chat;
         self.framer
-            .feed(bytes, |frame| chat.decode_data(frame.data, out));
+            .feed(bytes, |frame| chat.decode_data_at(frame.data, ts, out));
     }
 
     fn finish(&mut self, out: &mut Vec<Decoded>) {

@@ -8,11 +8,18 @@
 //!   LLM stream decoders that accept both.
 //! - [`SseDecoder`]: the generic SSE source decoder (`patchbay parse --protocol sse`),
 //!   whose events carry generic JSON envelopes.
+//! - With the `source` feature (default): the `sse` source ([`register`],
+//!   [`SseSource`]), which subscribes to a stream over HTTP, reconnects with backoff and
+//!   resumes with `Last-Event-ID`.
 
 mod decoder;
 mod framing;
 mod parser;
+#[cfg(feature = "source")]
+mod source;
 
 pub use decoder::{DONE, SseDecoder, parse_decoder};
 pub use framing::{DataFramer, Frame, Framing};
 pub use parser::{SseEvent, SseEventRef, SseParser};
+#[cfg(feature = "source")]
+pub use source::{SseSource, SseSourceConfig, TYPE_NAME, register};

@@ -42,6 +42,9 @@ pub fn registry() -> Registry {
     patchbay_escapement::register(&mut registry);
     patchbay_codelia::register(&mut registry);
     patchbay_openclaw::register(&mut registry);
+    patchbay_proxy::register(&mut registry);
+    patchbay_websocket::register(&mut registry);
+    patchbay_sse::register(&mut registry);
     patchbay_discovery::register(&mut registry, Some(midi_lister()));
     registry
 }

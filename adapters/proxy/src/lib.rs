@@ -1,0 +1,78 @@
+//! patchbay's LLM transports, generic over the API's decoder ([`Api`]): the OpenAI-compatible
+//! ([`patchbay_openai::ChatDecoder`]) and Anthropic ([`patchbay_anthropic::MessagesDecoder`])
+//! component types `openai` and `anthropic`.
+//!
+//! **Tap proxy** (`[sources.NAME] mode = "proxy"`, `listen`, `upstream`): an HTTP server on
+//! a loopback address that forwards every request under `/v1/` to the upstream (method,
+//! headers minus hop-by-hop ones and `accept-encoding`, body) and relays the answer to the
+//! client chunk by chunk, byte for byte, as each chunk is read. The same bytes are fed to
+//! the decoder on the side ([`Tap`]): decoding is inline (it is fast) and the signals go to
+//! the graph through a bounded channel (4096) drained by a task ([`Emitter`]): the relay
+//! never waits for the graph; when the channel is full a signal is dropped and counted in
+//! the source's `dropped` counter. A generation request (`POST …/chat/completions`,
+//! `POST …/messages`) becomes one `task_dispatch {taskId: request id, from: User-Agent or
+//! address, to: model, description: last user message}` (correlation id = the request
+//! id, a ULID), then the decoded response (a non-streaming body gives the signals of its
+//! streaming form); every signal carries `metadata.requestId`. Upstream errors reach the
+//! client unchanged and become an `error` signal (`code` = the error body's type, else
+//! `http_<status>`); no answer within `timeout_ms` → 504 with a JSON error; an unreachable
+//! upstream → 502; a stream cut before its end → `error {code: "truncated_stream"}`; a
+//! client that hangs up cancels the upstream request (`error {code: "client_cancelled",
+//! severity: "warning"}`). API keys pass through and are never logged. Health: the
+//! upstream's `/v1/models` is polled at start and every `health_interval_ms` → `Ok`
+//! ("N models at URL") or `Recovering` with the error.
+//!
+//! **Prompt mode** (`[outputs.NAME] mode = "prompt"`, `url`, `model`, `api_key`): each
+//! `prompt {text[, model]}` signal starts one streaming request, announced by a
+//! `task_dispatch`; its signals share a new correlation id (the stream's own id goes to
+//! `metadata.streamId`) and come out of `NAME.inbound`.
+
+mod api;
+mod component;
+mod config;
+mod proxy;
+mod tap;
+
+use patchbay_graph::{OutputKind, Registry, WhenFull};
+
+pub use api::{ANTHROPIC_VERSION, Api, RequestSummary, ResponseDecoder, error_body};
+pub use component::{PromptOutput, ProxySource};
+pub use config::{
+    LlmConfig, Mode, PromptConfig, ProxyConfig, Secret, parse_base_url, parse_loopback,
+};
+pub use proxy::{
+    DESCRIPTION_MAX, MAX_REQUEST_BODY, ProxyState, http_client, install_crypto_provider,
+    poll_models, router, serve,
+};
+pub use tap::{EMIT_BUFFER, Emitter, MAX_DECODED_BODY, Tap};
+
+/// Registers `openai` and `anthropic`, each as a source (proxy mode) and as a two-way
+/// output (prompt mode, signals out of `NAME.inbound`, queue blocking when full so that no
+/// prompt is dropped).
+///
+/// Also installs rustls' ring provider as the process default
+/// ([`install_crypto_provider`]): this crate turns on reqwest's `rustls-no-provider`
+/// feature, which (features being unified) applies to every reqwest client of the binary,
+/// and reqwest panics when it builds a client with no provider installed.
+pub fn register(registry: &mut Registry) {
+    install_crypto_provider();
+    registry
+        .source("openai", component::build_openai_source)
+        .source("anthropic", component::build_anthropic_source)
+        .output(
+            "openai",
+            OutputKind {
+                build: component::build_openai_output,
+                inbound: true,
+                when_full: WhenFull::Block,
+            },
+        )
+        .output(
+            "anthropic",
+            OutputKind {
+                build: component::build_anthropic_output,
+                inbound: true,
+                when_full: WhenFull::Block,
+            },
+        );
+}

@@ -1,0 +1,54 @@
+//! The tap proxy end to end with the graph run in process (the same scenario as the root
+//! test `tests/llm_proxy.rs`, which runs the binary): official SDKs, a replay upstream,
+//! llmock faults. See `tests/support/llm/proxy_e2e.rs`.
+
+#[path = "../../../tests/support/llm/proxy_e2e.rs"]
+mod proxy_e2e;
+
+use std::path::Path;
+
+use patchbay_graph::{Registry, SourceText, compile, runtime};
+use tokio::sync::oneshot;
+
+/// Runs the config's graph in this process.
+#[derive(Default)]
+struct InProcess {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl proxy_e2e::Patchbay for InProcess {
+    async fn start(&mut self, config: &Path) {
+        let mut registry = Registry::new();
+        patchbay_ndjson::register(&mut registry);
+        patchbay_proxy::register(&mut registry);
+        let text = std::fs::read_to_string(config).expect("config");
+        let graph = compile(
+            &[SourceText::new(config.display().to_string(), text)],
+            &registry,
+        )
+        .unwrap_or_else(|e| panic!("config: {e:?}"));
+        let (tx, rx) = oneshot::channel::<()>();
+        self.stop = Some(tx);
+        self.task = Some(tokio::spawn(async move {
+            runtime::run(graph, async {
+                let _ = rx.await;
+            })
+            .await;
+        }));
+    }
+
+    async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(proxy_e2e::GUARD, task).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdks_through_the_proxy_in_process() {
+    proxy_e2e::run_scenario(InProcess::default(), "inproc").await;
+}

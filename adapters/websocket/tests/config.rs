@@ -1,0 +1,38 @@
+//! Config checks of the generic `websocket` and `sse` sources (no I/O: `compile` only).
+
+use patchbay_graph::{Registry, SourceText, compile};
+
+fn errors(source: &str) -> String {
+    let mut registry = Registry::new();
+    patchbay_ndjson::register(&mut registry);
+    patchbay_websocket::register(&mut registry);
+    patchbay_sse::register(&mut registry);
+    let config =
+        format!("[sources.s]\n{source}\n[outputs.out]\ntype = \"stdout\"\ninputs = [\"s\"]\n");
+    match compile(&[SourceText::new("s.toml", config)], &registry) {
+        Ok(_) => String::new(),
+        Err(diagnostics) => format!("{diagnostics:?}"),
+    }
+}
+
+#[test]
+fn websocket_options() {
+    let ok = "type = \"websocket\"\nurl = \"ws://127.0.0.1:9/x\"\nheaders = { Authorization = \"Bearer t\" }\nmax_attempts = 3\nping_interval_ms = 0";
+    assert_eq!(errors(ok), "");
+    assert!(errors(&ok.replace("ws://", "wss://")).contains("wss://"));
+    assert!(errors(&ok.replace("ws://", "http://")).contains("ws://"));
+    assert!(errors(&ok.replace("max_attempts = 3", "max_attempts = 0")).contains("at least 1"));
+    assert!(errors(&ok.replace("Authorization", "\"Bad Header\"")).contains("header name"));
+    assert!(!errors(&format!("{ok}\nretries = 2")).is_empty());
+}
+
+#[test]
+fn sse_options() {
+    let ok = "type = \"sse\"\nurl = \"http://127.0.0.1:9/events\"\nheaders = { \"X-Key\" = \"k\" }\nbackoff_initial_ms = 10\nbackoff_max_ms = 100\nidle_timeout_ms = 5000";
+    assert_eq!(errors(ok), "");
+    assert!(errors(&ok.replace("http://", "https://")).contains("https://"));
+    assert!(
+        errors(&ok.replace("backoff_max_ms = 100", "backoff_max_ms = 1")).contains("max ≥ initial")
+    );
+    assert!(!errors(&format!("{ok}\nping_interval_ms = 2")).is_empty());
+}

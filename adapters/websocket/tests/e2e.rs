@@ -1,0 +1,86 @@
+//! The generic `websocket` and `sse` sources end to end with the graph in process (the
+//! root test `tests/generic_sources.rs` runs the same scenario on the binary). The health
+//! states are read through a probe output that keeps the graph's telemetry.
+
+#[path = "support/generic_e2e.rs"]
+mod generic_e2e;
+#[path = "support/probe.rs"]
+mod probe;
+
+use probe::{build_probe, telemetry};
+
+use std::path::Path;
+use std::time::Duration;
+
+use patchbay_graph::{HealthState, OutputKind, Registry, SourceText, WhenFull, compile, runtime};
+use tokio::sync::oneshot;
+
+#[derive(Default)]
+struct InProcess {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl generic_e2e::Patchbay for InProcess {
+    async fn start(&mut self, config: &Path) {
+        let mut registry = Registry::new();
+        patchbay_ndjson::register(&mut registry);
+        patchbay_websocket::register(&mut registry);
+        patchbay_sse::register(&mut registry);
+        registry.output(
+            "probe",
+            OutputKind {
+                build: build_probe,
+                inbound: false,
+                when_full: WhenFull::DropOldest,
+            },
+        );
+        let text = std::fs::read_to_string(config).expect("config")
+            + "\n[outputs.probe]\ntype = \"probe\"\ninputs = [\"ws\"]\n";
+        let graph = compile(&[SourceText::new("generic.toml", text)], &registry)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let (tx, rx) = oneshot::channel::<()>();
+        self.stop = Some(tx);
+        self.task = Some(tokio::spawn(async move {
+            runtime::run(graph, async {
+                let _ = rx.await;
+            })
+            .await;
+        }));
+    }
+
+    async fn wait_recovering(&mut self, name: &str) {
+        let deadline = tokio::time::Instant::now() + generic_e2e::GUARD;
+        loop {
+            if let Some(t) = telemetry() {
+                let seen = t.snapshot().into_iter().find(|c| c.name == name);
+                if let Some(c) = seen
+                    && c.state == HealthState::Recovering
+                {
+                    let detail = c.detail.clone().unwrap_or_default();
+                    assert!(detail.starts_with("retrying in "), "{detail}");
+                    return;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name} never recovering"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(generic_e2e::GUARD, task).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_and_sse_reconnect_and_resume_in_process() {
+    generic_e2e::run_scenario(InProcess::default(), "inproc").await;
+}
