@@ -157,13 +157,12 @@ impl Patchbay {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let status = wait_for(
+        wait_for(
             "patchbay to exit after SIGTERM",
             GUARD,
             || self.child.try_wait().ok().flatten(),
-            || String::new(),
-        );
-        status
+            String::new,
+        )
     }
 }
 
