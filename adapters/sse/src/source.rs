@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use patchbay_graph::backoff::{Backoff, retry_detail};
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, Options, Registry, Source, SourceContext,
 };
 use patchbay_signal::normalize::Decoded;
-use patchbay_websocket::{Backoff, retry_detail};
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
@@ -179,9 +179,10 @@ impl Source for SseSource {
             let mut backoff = Backoff::new(
                 Duration::from_millis(config.backoff_initial_ms),
                 Duration::from_millis(config.backoff_max_ms),
+                config.max_attempts,
             );
             loop {
-                if backoff.failures() == 0 {
+                if backoff.attempts() == 0 {
                     cx.set_state(HealthState::Starting, Some(format!("connecting to {url}")));
                 }
                 let ended = tokio::select! {
@@ -209,15 +210,14 @@ impl Source for SseSource {
                 if let Some(retry) = resume.retry.filter(|r| *r > 0) {
                     backoff.set_initial(Duration::from_millis(retry));
                 }
-                let delay = backoff.next_delay();
-                if backoff.exhausted(config.max_attempts) {
+                let Some(delay) = backoff.next_jittered() else {
                     let reason = format!(
                         "gave up after {} failed attempts: {reason}",
-                        backoff.failures()
+                        backoff.attempts()
                     );
                     cx.set_state(HealthState::Failed, Some(reason.clone()));
                     return Err(reason.into());
-                }
+                };
                 tracing::info!(url, "sse {}: {}", cx.name(), retry_detail(delay, &reason));
                 cx.set_state(HealthState::Recovering, Some(retry_detail(delay, &reason)));
                 tokio::select! {

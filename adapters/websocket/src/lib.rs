@@ -3,7 +3,7 @@
 //! [`patchbay_signal::normalize::Normalizer`]; a frame that is not JSON becomes an `error
 //! {code: "bad_frame"}` signal (counted) and the connection lives on.
 //!
-//! The connection reconnects with capped exponential backoff and jitter ([`Backoff`]:
+//! The connection reconnects with capped exponential backoff and jitter (`patchbay_graph::backoff::Backoff`:
 //! `backoff_initial_ms`, `backoff_max_ms`, at most `max_attempts` failures in a row when
 //! set, reset by each successful connection), each attempt bounded by
 //! `connect_timeout_ms`. It pings every `ping_interval_ms`; a ping not answered by the next
@@ -12,12 +12,10 @@
 //! exhausted, or the server refused the upgrade with 401/403). Header values (tokens) are
 //! never logged.
 
-mod backoff;
 mod source;
 
 use patchbay_graph::Registry;
 
-pub use backoff::{Backoff, jittered, retry_detail};
 pub use source::{WebSocketConfig, WebSocketSource};
 
 /// The component type name.

@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
-use crate::backoff::{Backoff, retry_detail};
+use patchbay_graph::backoff::{Backoff, retry_detail};
 
 /// `[sources.NAME] type = "websocket"`.
 #[derive(Clone, Deserialize)]
@@ -149,10 +149,11 @@ impl Source for WebSocketSource {
             let mut backoff = Backoff::new(
                 Duration::from_millis(config.backoff_initial_ms),
                 Duration::from_millis(config.backoff_max_ms),
+                config.max_attempts,
             );
             let url = config.url.trim().to_owned();
             loop {
-                if backoff.failures() == 0 {
+                if backoff.attempts() == 0 {
                     cx.set_state(HealthState::Starting, Some(format!("connecting to {url}")));
                 }
                 let ended = tokio::select! {
@@ -170,15 +171,14 @@ impl Source for WebSocketSource {
                     }
                     Ended::Lost(reason) => reason,
                 };
-                let delay = backoff.next_delay();
-                if backoff.exhausted(config.max_attempts) {
+                let Some(delay) = backoff.next_jittered() else {
                     let reason = format!(
                         "gave up after {} failed attempts: {reason}",
-                        backoff.failures()
+                        backoff.attempts()
                     );
                     cx.set_state(HealthState::Failed, Some(reason.clone()));
                     return Err(reason.into());
-                }
+                };
                 tracing::info!(
                     url,
                     "websocket {}: {}",

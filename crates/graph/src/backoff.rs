@@ -43,6 +43,12 @@ impl Backoff {
         self.next_delay().map(|d| with_jitter(d, jitter_unit()))
     }
 
+    /// Changes the first delay (an SSE server's `retry:`); the cap grows to fit it.
+    pub fn set_initial(&mut self, initial: Duration) {
+        self.initial = initial;
+        self.max = self.max.max(initial);
+    }
+
     /// How many attempts failed since the last success.
     pub fn attempts(&self) -> u32 {
         self.attempts
@@ -52,6 +58,17 @@ impl Backoff {
     pub fn reset(&mut self) {
         self.attempts = 0;
     }
+}
+
+/// The health detail of a source waiting to reconnect: `retrying in 4 s: <reason>`.
+pub fn retry_detail(delay: Duration, reason: &str) -> String {
+    let secs = delay.as_secs_f64();
+    let shown = if secs < 1.0 {
+        format!("{secs:.1}")
+    } else {
+        format!("{}", secs.ceil() as u64)
+    };
+    format!("retrying in {shown} s: {reason}")
 }
 
 /// `delay` plus jitter: `unit` in `[0, 1)` picks a point in `[delay, delay·1.25)`.
