@@ -478,7 +478,7 @@ struct Publisher {
 
 impl Publisher {
     fn start(url: String) -> anyhow::Result<Publisher> {
-        let client = reqwest::Client::builder()
+        let client = patchbay_http::client_builder()
             .timeout(PUBLISH_TIMEOUT)
             .build()
             .context("cannot build the HTTP client")?;

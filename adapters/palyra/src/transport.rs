@@ -295,7 +295,7 @@ impl Health {
 }
 
 fn http_client(config: &PalyraConfig) -> Result<reqwest::Client, ComponentError> {
-    Ok(reqwest::Client::builder()
+    Ok(patchbay_http::client_builder()
         .connect_timeout(Duration::from_millis(config.request_timeout_ms))
         .build()?)
 }

@@ -41,21 +41,14 @@ pub use config::{
     LlmConfig, Mode, PromptConfig, ProxyConfig, Secret, parse_base_url, parse_loopback,
 };
 pub use proxy::{
-    DESCRIPTION_MAX, MAX_REQUEST_BODY, ProxyState, http_client, install_crypto_provider,
-    poll_models, router, serve,
+    DESCRIPTION_MAX, MAX_REQUEST_BODY, ProxyState, http_client, poll_models, router, serve,
 };
 pub use tap::{EMIT_BUFFER, Emitter, MAX_DECODED_BODY, Tap};
 
 /// Registers `openai` and `anthropic`, each as a source (proxy mode) and as a two-way
 /// output (prompt mode, signals out of `NAME.inbound`, queue blocking when full so that no
 /// prompt is dropped).
-///
-/// Also installs rustls' ring provider as the process default
-/// ([`install_crypto_provider`]): this crate turns on reqwest's `rustls-no-provider`
-/// feature, which (features being unified) applies to every reqwest client of the binary,
-/// and reqwest panics when it builds a client with no provider installed.
 pub fn register(registry: &mut Registry) {
-    install_crypto_provider();
     registry
         .source("openai", component::build_openai_source)
         .source("anthropic", component::build_anthropic_source)

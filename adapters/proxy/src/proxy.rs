@@ -79,19 +79,9 @@ impl ProxyState {
 /// `https://` upstreams, no redirects followed (the client sees them), no automatic
 /// decompression (bytes are relayed as they are).
 pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
-    install_crypto_provider();
-    reqwest::Client::builder()
+    patchbay_http::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-}
-
-/// Installs rustls' ring provider as the process default, once (later calls, or another
-/// component having installed one, are fine).
-pub fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 /// The proxy's routes: everything is handled by [`forward`] (which answers 404 outside

@@ -167,7 +167,7 @@ impl Source for SseSource {
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let config = self.config;
-            let client = reqwest::Client::builder()
+            let client = patchbay_http::client_builder()
                 .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
                 .build()?;
             let url = config.url.trim().to_owned();

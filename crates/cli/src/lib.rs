@@ -139,8 +139,6 @@ enum MidiCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    // Every HTTPS client in the process uses rustls with the ring provider.
-    patchbay_proxy::install_crypto_provider();
     let result = match cli.command.unwrap_or(Command::Run {
         configs: Vec::new(),
     }) {
