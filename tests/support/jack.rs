@@ -29,6 +29,8 @@ const READY_GUARD: Duration = Duration::from_secs(20);
 /// A running (or killed) JACK server.
 pub struct JackServer {
     name: String,
+    /// The dummy driver's period in frames (`-p`); jackd's default (1024) when `None`.
+    period: Option<u32>,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -37,12 +39,19 @@ impl JackServer {
     /// Starts a server named `pb-<tag>-<n>` (the first name no live server has) and waits
     /// until it accepts clients. Panics with the install step when jackd is not installed.
     pub fn start(tag: &str) -> JackServer {
+        JackServer::start_with_period(tag, None)
+    }
+
+    /// Like [`JackServer::start`], with the dummy driver moving audio and MIDI every
+    /// `period` frames (at 48 kHz, 64 frames are 1.3 ms) instead of jackd's default 1024.
+    pub fn start_with_period(tag: &str, period: Option<u32>) -> JackServer {
         let mut failures = String::new();
         for n in 0..4 {
             let name = format!("pb-{tag}-{n}");
             let log = std::env::temp_dir().join(format!("{name}.jackd.log"));
             let mut server = JackServer {
                 name,
+                period,
                 child: None,
                 log,
             };
@@ -121,8 +130,12 @@ impl JackServer {
         remove_leftovers(&self.name);
         let log = std::fs::File::create(&self.log).expect("create the jackd log file");
         let log_err = log.try_clone().expect("clone the jackd log file");
-        let child = Command::new("jackd")
-            .args(["-n", &self.name, "-r", "-d", "dummy"])
+        let mut command = Command::new("jackd");
+        command.args(["-n", &self.name, "-r", "-d", "dummy"]);
+        if let Some(period) = self.period {
+            command.args(["-p", &period.to_string()]);
+        }
+        let child = command
             .env("JACK_NO_AUDIO_RESERVATION", "1")
             .stdin(Stdio::null())
             .stdout(log)

@@ -330,6 +330,8 @@ impl Link {
         match encode_control(&signal) {
             Ok(frame) => match sink.send(Message::text(frame.to_string())).await {
                 Ok(()) => {
+                    // The latency probe's end: the frame is written to the socket.
+                    tracing::trace!(target: "patchbay::latency", stage = "escapement.sent");
                     cx.delivered(1);
                     Ok(())
                 }

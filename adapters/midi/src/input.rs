@@ -246,6 +246,9 @@ impl InputWatch {
                 &port,
                 &self.local_port,
                 move |_stamp, bytes, _| {
+                    // The latency probe's start (see `examples/midi_latency.rs`); a disabled
+                    // trace event costs one atomic load.
+                    tracing::trace!(target: "patchbay::latency", stage = "midi.received");
                     // Never blocks: a full channel drops the message and counts it.
                     let message = Message {
                         at: now_ms(),
