@@ -210,6 +210,11 @@ impl<S> Keyed<S> {
         (slot, evicted)
     }
 
+    /// The state at `slot`, to read.
+    pub(crate) fn get(&self, slot: Slot) -> Option<&S> {
+        self.entries.get(slot)?.as_ref().map(|e| &e.state)
+    }
+
     /// The state at `slot`.
     pub(crate) fn get_mut(&mut self, slot: Slot) -> Option<&mut S> {
         self.entry_at(slot).map(|e| &mut e.state)

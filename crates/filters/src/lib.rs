@@ -22,6 +22,7 @@
 pub mod condition;
 pub mod delta;
 pub mod jq;
+mod key_timers;
 mod keyed;
 pub mod map;
 pub mod options;

@@ -7,7 +7,8 @@ use patchbay_signal::SharedSignal;
 use patchbay_signal::path::Path;
 use serde::Deserialize;
 
-use crate::keyed::{Key, Keyed, Timers};
+use crate::key_timers::KeyTimers;
+use crate::keyed::Key;
 use crate::options::{
     DotPath, default_max_keys, max_keys_bound, positive, positive_opt, ratio_opt, seed_opt,
 };
@@ -159,18 +160,7 @@ fn fresh_state(seed: u64, is_keyed: bool, key: &Key) -> KeyState {
         let mut mix = seed ^ key.stable_hash();
         rng = splitmix64(&mut mix);
     }
-    KeyState {
-        count: 0,
-        rng,
-        held: None,
-    }
-}
-
-#[derive(Debug)]
-struct Held {
-    signal: SharedSignal,
-    due: i64,
-    seq: u64,
+    KeyState { count: 0, rng }
 }
 
 #[derive(Debug)]
@@ -179,61 +169,38 @@ struct KeyState {
     count: u64,
     /// `ratio`: the random stream.
     rng: u64,
-    /// `interval_ms`: the latest signal of the current window.
-    held: Option<Held>,
 }
 
 /// A running `sample`.
 pub struct Sample {
     settings: Arc<Settings>,
-    keys: Keyed<KeyState>,
-    timers: Timers,
-    seq: u64,
-    now: i64,
+    /// Each key's state and, with `interval_ms`, the latest signal of its current window.
+    keys: KeyTimers<KeyState>,
 }
 
 impl Sample {
     fn new(settings: Arc<Settings>) -> Self {
         Sample {
-            keys: Keyed::new(settings.key.clone(), settings.max_keys),
+            keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
             settings,
-            timers: Timers::default(),
-            seq: 0,
-            now: i64::MIN,
         }
-    }
-
-    /// Emits every held signal in order of window end and forgets all state.
-    fn release_all(&mut self, emit: &mut Emit) {
-        for slot in self.timers.take_all() {
-            if let Some(h) = self.keys.get_mut(slot).and_then(|s| s.held.take()) {
-                emit.pass(h.signal);
-            }
-        }
-        self.keys.clear();
     }
 }
 
 impl Filter for Sample {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
-        let now = now.max(self.now);
+        let now = self.keys.advance(now);
         self.on_timer(now, emit);
         if signal.kind == RESET {
-            self.release_all(emit);
+            self.keys.release_all(emit);
             emit.pass(signal);
             return;
         }
         let (seed, is_keyed) = (self.settings.seed, self.keys.is_keyed());
-        let (slot, evicted) = self
+        let slot = self
             .keys
-            .entry(&signal, |key| fresh_state(seed, is_keyed, key));
-        if let Some(h) = evicted.and_then(|s| s.held) {
-            self.timers.remove(h.due, h.seq);
-            emit.pass(h.signal);
-        }
-        self.seq += 1;
-        let seq = self.seq;
-        let Some(state) = self.keys.get_mut(slot) else {
+            .entry(&signal, |key| fresh_state(seed, is_keyed, key), emit);
+        let Some(state) = self.keys.state_mut(slot) else {
             return;
         };
         match self.settings.mode {
@@ -256,39 +223,32 @@ impl Filter for Sample {
             Mode::Interval(interval) => {
                 let window = now.div_euclid(interval);
                 let due = window.saturating_add(1).saturating_mul(interval);
-                if let Some(old) = state.held.take() {
-                    self.timers.remove(old.due, old.seq);
-                    emit.drop(old.signal);
-                }
-                state.held = Some(Held { signal, due, seq });
-                self.timers.insert(due, seq, slot);
+                self.keys.hold(slot, signal, due, emit);
             }
         }
     }
 
     fn next_due(&self) -> Option<i64> {
-        self.timers.next_due()
+        self.keys.next_due()
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        self.now = self.now.max(now);
-        while let Some((_, slot)) = self.timers.pop_due(now) {
+        while let Some(release) = self.keys.pop_due(now) {
             // A window's key has nothing else to remember: forget it.
-            if let Some(h) = self.keys.remove(slot).and_then(|s| s.held) {
-                emit.pass(h.signal);
-            }
+            self.keys.remove(release.slot);
+            emit.pass(release.signal);
         }
     }
 
     fn flush(&mut self, emit: &mut Emit) {
-        self.release_all(emit);
+        self.keys.release_all(emit);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{Driver, config, config_error, keyed, labels, reset, sig};
+    use crate::testing::{Driver, config, config_error, keyed, labels, reset, sig, timeline};
     use patchbay_signal::Signal;
 
     fn driver(toml: &str) -> Driver {
@@ -310,13 +270,7 @@ mod tests {
         assert_eq!(run("every = 1", numbered(3)), ["0", "1", "2"]);
         let out = run(
             "every = 2\nkey = \"payload.k\"",
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(1, "b1", "b"),
-                keyed(2, "a2", "a"),
-                keyed(3, "a3", "a"),
-                keyed(4, "b2", "b"),
-            ],
+            timeline("a1@0 b1@1 a2@2 a3@3 b2@4"),
         );
         assert_eq!(out, ["a1", "b1", "-a2", "a3", "-b2"]);
         let out = run(
@@ -330,11 +284,7 @@ mod tests {
     fn every_eviction_restarts_a_key() {
         let out = run(
             "every = 2\nkey = \"payload.k\"\nmax_keys = 1",
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(1, "b1", "b"),
-                keyed(2, "a2", "a"),
-            ],
+            timeline("a1@0 b1@1 a2@2"),
         );
         assert_eq!(out, ["a1", "b1", "a2"]);
     }
@@ -413,67 +363,28 @@ mod tests {
     #[test]
     fn interval_windows_close_for_every_key() {
         let k = "interval_ms = 100\nkey = \"payload.k\"\nclock = \"event\"";
-        let out = run(
-            k,
-            vec![
-                keyed(10, "b1", "b"),
-                keyed(20, "a1", "a"),
-                keyed(30, "b2", "b"),
-                keyed(150, "c1", "c"),
-                keyed(160, "a2", "a"),
-            ],
-        );
+        let out = run(k, timeline("b1@10 a1@20 b2@30 c1@150 a2@160"));
         // At 150 both windows [0,100) close, in the order of the signals they release.
         assert_eq!(out, ["-b1", "a1", "b2", "c1", "a2"]);
-        let out = run(
-            k,
-            vec![
-                keyed(10, "b1", "b"),
-                keyed(20, "a1", "a"),
-                keyed(150, "z", "z"),
-            ],
-        );
+        let out = run(k, timeline("b1@10 a1@20 z@150"));
         assert_eq!(out, ["b1", "a1", "z"]);
         // End of input: in order of window end, then of the signals.
-        let out = run(k, vec![keyed(120, "a1", "a"), keyed(10, "b1", "b")]);
+        let out = run(k, timeline("a1@120 b1@10"));
         assert_eq!(out, ["a1", "b1"], "out of order: b1 is handled at 120");
-        let out = run(
-            k,
-            vec![
-                keyed(150, "a1", "a"),
-                keyed(160, "b1", "b"),
-                keyed(170, "c1", "c"),
-            ],
-        );
+        let out = run(k, timeline("a1@150 b1@160 c1@170"));
         assert_eq!(out, ["a1", "b1", "c1"]);
     }
 
     #[test]
     fn interval_reset_and_eviction_emit_held_signals() {
         let k = "interval_ms = 100\nkey = \"payload.k\"\nclock = \"event\"\nmax_keys = 2";
-        let out = run(
-            k,
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(1, "b1", "b"),
-                keyed(2, "c1", "c"),
-                keyed(3, "b2", "b"),
-            ],
-        );
+        let out = run(k, timeline("a1@0 b1@1 c1@2 b2@3"));
         assert_eq!(
             out,
             ["a1", "-b1", "c1", "b2"],
             "a evicted by c first emits a1"
         );
-        let out = run(
-            k,
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(1, "b1", "b"),
-                reset(2),
-                keyed(3, "a2", "a"),
-            ],
-        );
+        let out = run(k, timeline("a1@0 b1@1 reset@2 a2@3"));
         assert_eq!(out, ["a1", "b1", "reset", "a2"]);
     }
 

@@ -73,6 +73,31 @@ pub(crate) fn keyed(ts: i64, n: &str, key: &str) -> Signal {
     s
 }
 
+/// Signals written as a timeline, `LABEL@TIMESTAMP` separated by spaces: each is a
+/// [`keyed`] signal whose key is its label without the trailing digits (`b2@50` is
+/// `keyed(50, "b2", "b")`), except `reset@T`, which is [`reset`]`(T)`. Keeps the keyed
+/// tests of `throttle` and `sample` to one line of input each.
+pub(crate) fn timeline(text: &str) -> Vec<Signal> {
+    text.split_whitespace()
+        .map(|item| {
+            let Some((label, ts)) = item.split_once('@') else {
+                panic!("`{item}` is not LABEL@TIMESTAMP");
+            };
+            let Ok(ts) = ts.parse() else {
+                panic!("`{item}`: bad timestamp");
+            };
+            if label == "reset" {
+                return reset(ts);
+            }
+            keyed(
+                ts,
+                label,
+                label.trim_end_matches(|c: char| c.is_ascii_digit()),
+            )
+        })
+        .collect()
+}
+
 /// A `reset` signal at `ts`.
 pub(crate) fn reset(ts: i64) -> Signal {
     let mut s = sig(ts, "reset");

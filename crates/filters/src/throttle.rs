@@ -7,7 +7,7 @@ use patchbay_signal::SharedSignal;
 use patchbay_signal::path::Path;
 use serde::Deserialize;
 
-use crate::keyed::{Keyed, Slot, Timers};
+use crate::key_timers::KeyTimers;
 use crate::options::{DotPath, Rate, default_max_keys, max_keys_bound, positive, positive_opt};
 use crate::{ConfigError, RESET};
 
@@ -179,14 +179,6 @@ impl Gcra {
     }
 }
 
-/// A signal waiting for its release.
-#[derive(Debug)]
-struct Pending {
-    signal: SharedSignal,
-    due: i64,
-    seq: u64,
-}
-
 #[derive(Debug, Default)]
 struct KeyState {
     /// Interval mode: the end of the current window (idle once it is reached with nothing
@@ -194,135 +186,99 @@ struct KeyState {
     window_end: Option<i64>,
     /// Rate mode: the theoretical arrival time (scaled).
     tat: Option<i128>,
-    pending: Option<Pending>,
 }
 
 /// A running `throttle`.
 pub struct Throttle {
     settings: Arc<Settings>,
-    keys: Keyed<KeyState>,
-    timers: Timers,
-    seq: u64,
-    now: i64,
+    /// Each key's state and its pending signal.
+    keys: KeyTimers<KeyState>,
 }
 
 impl Throttle {
     fn new(settings: Arc<Settings>) -> Self {
         Throttle {
-            keys: Keyed::new(settings.key.clone(), settings.max_keys),
+            keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
             settings,
-            timers: Timers::default(),
-            seq: 0,
-            now: i64::MIN,
         }
-    }
-
-    /// Emits every pending signal in order of due time and forgets all state.
-    fn release_all(&mut self, emit: &mut Emit) {
-        for slot in self.timers.take_all() {
-            if let Some(p) = self.keys.get_mut(slot).and_then(|s| s.pending.take()) {
-                emit.pass(p.signal);
-            }
-        }
-        self.keys.clear();
-    }
-
-    fn hold(&mut self, slot: Slot, signal: SharedSignal, due: i64, seq: u64, emit: &mut Emit) {
-        let Some(state) = self.keys.get_mut(slot) else {
-            return;
-        };
-        if let Some(old) = state.pending.take() {
-            self.timers.remove(old.due, old.seq);
-            emit.drop(old.signal);
-        }
-        state.pending = Some(Pending { signal, due, seq });
-        self.timers.insert(due, seq, slot);
     }
 }
 
 impl Filter for Throttle {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
-        let now = now.max(self.now);
+        let now = self.keys.advance(now);
         self.on_timer(now, emit);
         if signal.kind == RESET {
-            self.release_all(emit);
+            self.keys.release_all(emit);
             emit.pass(signal);
             return;
         }
-        let (slot, evicted) = self.keys.entry(&signal, |_| KeyState::default());
-        if let Some(p) = evicted.and_then(|s| s.pending) {
-            self.timers.remove(p.due, p.seq);
-            emit.pass(p.signal);
-        }
-        self.seq += 1;
-        let seq = self.seq;
+        let slot = self.keys.entry(&signal, |_| KeyState::default(), emit);
+        let pending = self.keys.is_holding(slot);
         let mode = self.settings.emit;
-        let Some(state) = self.keys.get_mut(slot) else {
+        let Some(state) = self.keys.state_mut(slot) else {
             return;
         };
         match self.settings.limit {
             Limit::Interval(interval) => {
-                let in_window =
-                    state.pending.is_some() || state.window_end.is_some_and(|end| end > now);
+                let in_window = pending || state.window_end.is_some_and(|end| end > now);
                 if !in_window {
                     let end = now.saturating_add(interval);
                     state.window_end = Some(end);
                     match mode {
                         EmitMode::Leading | EmitMode::Both => emit.pass(signal),
-                        EmitMode::Trailing => self.hold(slot, signal, end, seq, emit),
+                        EmitMode::Trailing => self.keys.hold(slot, signal, end, emit),
                     }
                 } else if mode == EmitMode::Leading {
                     emit.drop(signal);
                 } else {
                     let end = state.window_end.unwrap_or(now);
-                    self.hold(slot, signal, end, seq, emit);
+                    self.keys.hold(slot, signal, end, emit);
                 }
             }
             Limit::Rate(gcra) => {
-                if state.pending.is_none() && gcra.conforms(state.tat, now) {
+                if !pending && gcra.conforms(state.tat, now) {
                     state.tat = Some(gcra.after_pass(state.tat, now));
                     emit.pass(signal);
                 } else if mode == EmitMode::Leading {
                     emit.drop(signal);
                 } else {
                     let due = gcra.conforming_at(state.tat).max(now);
-                    self.hold(slot, signal, due, seq, emit);
+                    self.keys.hold(slot, signal, due, emit);
                 }
             }
         }
     }
 
     fn next_due(&self) -> Option<i64> {
-        self.timers.next_due()
+        self.keys.next_due()
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        self.now = self.now.max(now);
-        while let Some((due, slot)) = self.timers.pop_due(now) {
-            let Some(state) = self.keys.get_mut(slot) else {
-                continue;
-            };
-            let Some(pending) = state.pending.take() else {
-                continue;
-            };
-            match self.settings.limit {
-                // The released signal ends this window and starts the next one.
-                Limit::Interval(interval) => state.window_end = Some(due.saturating_add(interval)),
-                Limit::Rate(gcra) => state.tat = Some(gcra.after_pass(state.tat, due)),
+        while let Some(release) = self.keys.pop_due(now) {
+            if let Some(state) = self.keys.state_mut(release.slot) {
+                let due = release.due;
+                match self.settings.limit {
+                    // The released signal ends this window and starts the next one.
+                    Limit::Interval(interval) => {
+                        state.window_end = Some(due.saturating_add(interval));
+                    }
+                    Limit::Rate(gcra) => state.tat = Some(gcra.after_pass(state.tat, due)),
+                }
             }
-            emit.pass(pending.signal);
+            emit.pass(release.signal);
         }
     }
 
     fn flush(&mut self, emit: &mut Emit) {
-        self.release_all(emit);
+        self.keys.release_all(emit);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{Driver, config, config_error, keyed, reset, sig};
+    use crate::testing::{Driver, config, config_error, reset, sig, timeline};
 
     fn driver(toml: &str) -> Driver {
         let spec = config::<ThrottleConfig>(toml).into_spec().unwrap();
@@ -336,6 +292,7 @@ mod tests {
     const LEADING: &str = "interval_ms = 100\nemit = \"leading\"\nclock = \"event\"";
     const TRAILING: &str = "interval_ms = 100\nemit = \"trailing\"\nclock = \"event\"";
     const BOTH: &str = "interval_ms = 100\nclock = \"event\"";
+    const KEYED: &str = "interval_ms = 100\nkey = \"payload.k\"\nclock = \"event\"";
 
     #[test]
     fn leading_passes_when_a_full_interval_has_elapsed() {
@@ -441,67 +398,34 @@ mod tests {
 
     #[test]
     fn keys_are_independent_and_flush_in_due_order() {
-        let k = "interval_ms = 100\nkey = \"payload.k\"\nclock = \"event\"";
-        let out = run(
-            k,
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(10, "b1", "b"),
-                keyed(20, "a2", "a"),
-                keyed(30, "b2", "b"),
-                keyed(40, "a3", "a"),
-            ],
-        );
+        let out = run(KEYED, timeline("a1@0 b1@10 a2@20 b2@30 a3@40"));
         assert_eq!(
             out,
             ["a1", "b1", "-a2", "a3", "b2"],
             "end of input: a due 100, b due 110"
         );
         // Ties in due time fire in the order of the signals they release.
-        let out = run(
-            k,
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(0, "b1", "b"),
-                keyed(50, "b2", "b"),
-                keyed(60, "a2", "a"),
-                keyed(100, "z", "z"),
-            ],
-        );
+        let out = run(KEYED, timeline("a1@0 b1@0 b2@50 a2@60 z@100"));
         assert_eq!(out, ["a1", "b1", "b2", "a2", "z"]);
-        let out = run(
-            k,
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(0, "b1", "b"),
-                keyed(50, "b2", "b"),
-                keyed(60, "a2", "a"),
-            ],
-        );
+        let out = run(KEYED, timeline("a1@0 b1@0 b2@50 a2@60"));
         assert_eq!(out, ["a1", "b1", "b2", "a2"], "same order at end of input");
         // "5" and 5 are different keys, a missing key is a key of its own.
         let mut five_str = sig(1, "s");
         five_str.payload.insert("k".into(), "5".into());
         let mut five_num = sig(2, "i");
         five_num.payload.insert("k".into(), 5.into());
-        let out = run(k, vec![sig(0, "none"), five_str, five_num, sig(3, "none2")]);
+        let out = run(
+            KEYED,
+            vec![sig(0, "none"), five_str, five_num, sig(3, "none2")],
+        );
         assert_eq!(out, ["none", "s", "i", "none2"]);
     }
 
     #[test]
     fn reset_emits_pending_in_due_order_then_clears() {
-        let k = "interval_ms = 100\nkey = \"payload.k\"\nclock = \"event\"";
         let out = run(
-            k,
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(5, "b1", "b"),
-                keyed(10, "b2", "b"),
-                keyed(20, "a2", "a"),
-                reset(30),
-                keyed(40, "a3", "a"),
-                keyed(50, "a4", "a"),
-            ],
+            KEYED,
+            timeline("a1@0 b1@5 b2@10 a2@20 reset@30 a3@40 a4@50"),
         );
         assert_eq!(out, ["a1", "b1", "a2", "b2", "reset", "a3", "a4"]);
         let out = run(LEADING, vec![sig(0, "a"), reset(10), sig(20, "b")]);
@@ -511,28 +435,11 @@ mod tests {
     #[test]
     fn eviction_emits_the_pending_signal() {
         let k = "interval_ms = 100\nkey = \"payload.k\"\nmax_keys = 2\nclock = \"event\"";
-        let out = run(
-            k,
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(1, "a2", "a"),
-                keyed(2, "b1", "b"),
-                keyed(3, "c1", "c"),
-                keyed(4, "a3", "a"),
-            ],
-        );
+        let out = run(k, timeline("a1@0 a2@1 b1@2 c1@3 a3@4"));
         // c evicts a (least recently used), which first emits a2; a3 then finds a fresh
         // key (evicting b, which holds nothing).
         assert_eq!(out, ["a1", "b1", "a2", "c1", "a3"]);
-        let out = run(
-            k,
-            vec![
-                keyed(0, "a1", "a"),
-                keyed(1, "b1", "b"),
-                keyed(2, "a2", "a"),
-                keyed(3, "c1", "c"),
-            ],
-        );
+        let out = run(k, timeline("a1@0 b1@1 a2@2 c1@3"));
         assert_eq!(
             out,
             ["a1", "b1", "c1", "a2"],
