@@ -69,21 +69,14 @@ pub use decode::{CodeliaDecoder, CodeliaStream, PendingRequest};
 pub use transport::CodeliaConfig;
 pub use wrap::{DEFAULT_PUBLISH_URL, WrapObserver, wrap, wrap_io};
 
-use patchbay_graph::{OutputKind, Registry, WhenFull};
+use patchbay_graph::Registry;
 use patchbay_signal::decode::StreamDecoder;
 
 /// Registers `type = "codelia"`: as an output it talks both ways (prompts and controls
 /// to the runtime, its messages out of `NAME.inbound`; the queue blocks when full); as a
 /// source it only listens.
 pub fn register(registry: &mut Registry) {
-    registry.source("codelia", transport::build_source).output(
-        "codelia",
-        OutputKind {
-            build: transport::build_output,
-            inbound: true,
-            when_full: WhenFull::Block,
-        },
-    );
+    registry.link("codelia", transport::build_source, transport::build_output);
 }
 
 /// The decoder `patchbay parse --protocol codelia` drives: NDJSON, one JSON-RPC message

@@ -7,12 +7,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, Options, Output, OutputContext, Source,
-    SourceContext,
+    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
+    Source, SourceContext,
 };
 use patchbay_signal::decode::LineSplitter;
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
-use patchbay_signal::{SharedSignal, now_ms};
+use patchbay_signal::now_ms;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -70,15 +70,7 @@ impl Source for Codelia {
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let source = format!("codelia:{}", cx.name());
-            talk(
-                self.config,
-                source,
-                Side {
-                    signals_in: Some(&cx),
-                    controls: None,
-                },
-            )
-            .await
+            talk(self.config, source, LinkEnds::source(&cx)).await
         })
     }
 }
@@ -87,61 +79,8 @@ impl Output for Codelia {
     fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let source = format!("codelia:{}", cx.name());
-            talk(
-                self.config,
-                source,
-                Side {
-                    signals_in: cx.inbound(),
-                    controls: Some(&cx),
-                },
-            )
-            .await
+            talk(self.config, source, LinkEnds::output(&cx)).await
         })
-    }
-}
-
-/// The graph ends the runtime talks to.
-struct Side<'a> {
-    signals_in: Option<&'a SourceContext>,
-    controls: Option<&'a OutputContext>,
-}
-
-impl Side<'_> {
-    fn set_state(&self, state: HealthState, detail: Option<String>) {
-        if let Some(cx) = self.controls {
-            cx.set_state(state, detail.clone());
-        }
-        if let Some(cx) = self.signals_in {
-            cx.set_state(state, detail);
-        }
-    }
-
-    async fn shutdown(&self) {
-        match (self.controls, self.signals_in) {
-            (Some(cx), _) => cx.shutdown().wait().await,
-            (None, Some(cx)) => cx.shutdown().wait().await,
-            (None, None) => std::future::pending().await,
-        }
-    }
-
-    async fn next_control(&self) -> Option<SharedSignal> {
-        match self.controls {
-            Some(cx) => cx.next().await,
-            None => std::future::pending().await,
-        }
-    }
-
-    async fn emit(&self, out: &mut Vec<Decoded>) -> bool {
-        let Some(cx) = self.signals_in else {
-            out.clear();
-            return true;
-        };
-        for decoded in out.drain(..) {
-            if cx.emit_decoded(decoded).await.is_err() {
-                return false;
-            }
-        }
-        true
     }
 }
 
@@ -174,7 +113,11 @@ async fn write_line(stdin: &mut ChildStdin, msg: &Value) -> std::io::Result<()> 
 }
 
 /// Runs the runtime until it exits, the graph ends or shutdown.
-async fn talk(config: CodeliaConfig, source: String, side: Side<'_>) -> Result<(), ComponentError> {
+async fn talk(
+    config: CodeliaConfig,
+    source: String,
+    side: LinkEnds<'_>,
+) -> Result<(), ComponentError> {
     side.set_state(
         HealthState::Starting,
         Some(format!("starting {}", config.command.join(" "))),
@@ -216,11 +159,11 @@ async fn talk(config: CodeliaConfig, source: String, side: Side<'_>) -> Result<(
                 let n = n.unwrap_or(0);
                 if n == 0 {
                     splitter.finish(|line| decode_line(&mut client, &source, line, init_id.as_ref(), &side, &mut out));
-                    side.emit(&mut out).await;
+                    let _ = side.emit_all(&mut out).await;
                     break;
                 }
                 splitter.feed(&buf[..n], |line| decode_line(&mut client, &source, line, init_id.as_ref(), &side, &mut out));
-                if !side.emit(&mut out).await {
+                if side.emit_all(&mut out).await.is_err() {
                     graph_open = false;
                     break;
                 }
@@ -269,7 +212,7 @@ async fn talk(config: CodeliaConfig, source: String, side: Side<'_>) -> Result<(
     match status {
         Some(s) if s.success() => {
             side.set_state(HealthState::Stopped, Some("the runtime exited".into()));
-            drain_refusing(&side, "the runtime has exited").await;
+            side.drain_refusing("the runtime has exited").await;
             Ok(())
         }
         Some(s) => Err(fail(&side, format!("the runtime exited with {s}")).await),
@@ -283,7 +226,7 @@ fn decode_line(
     source: &str,
     line: Result<&str, &str>,
     init_id: Option<&Value>,
-    side: &Side<'_>,
+    side: &LinkEnds<'_>,
     out: &mut Vec<Decoded>,
 ) {
     let text = match line {
@@ -323,19 +266,9 @@ fn decode_line(
     }
 }
 
-/// Records the failure; an output keeps taking (and refusing) what the graph sends so
-/// that its blocking queue never stalls the rest of the graph.
-async fn fail(side: &Side<'_>, why: String) -> ComponentError {
+/// Logs the failure and [fails](LinkEnds::fail) the link with it.
+async fn fail(side: &LinkEnds<'_>, why: String) -> ComponentError {
     tracing::warn!("{why}");
-    side.set_state(HealthState::Failed, Some(why.clone()));
-    drain_refusing(side, &why).await;
+    side.fail(&why).await;
     why.into()
-}
-
-async fn drain_refusing(side: &Side<'_>, why: &str) {
-    if let Some(cx) = side.controls {
-        while let Some(signal) = cx.next().await {
-            cx.refused(format!("{} not sent: {why}", signal.kind));
-        }
-    }
 }

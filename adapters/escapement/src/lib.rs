@@ -70,23 +70,18 @@ pub use replay::ReplayGuard;
 pub use transport::EscapementConfig;
 pub use ui::{UiFrameError, ui_frame_to_signal};
 
-use patchbay_graph::{OutputKind, Registry, WhenFull};
+use patchbay_graph::Registry;
 use patchbay_signal::decode::StreamDecoder;
 
 /// Registers `type = "escapement"`: as an output it talks both ways (controls out, the
 /// agent's frames in through `NAME.inbound`; its queue blocks when full, so a pause is
 /// never dropped); as a source it only listens.
 pub fn register(registry: &mut Registry) {
-    registry
-        .source("escapement", transport::build_source)
-        .output(
-            "escapement",
-            OutputKind {
-                build: transport::build_output,
-                inbound: true,
-                when_full: WhenFull::Block,
-            },
-        );
+    registry.link(
+        "escapement",
+        transport::build_source,
+        transport::build_output,
+    );
 }
 
 /// The decoder `patchbay parse --protocol escapement` drives: NDJSON, one frame per line,

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_graph::backoff::Backoff;
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, Options, Output, OutputContext, Source,
-    SourceContext,
+    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
+    Source, SourceContext,
 };
 use patchbay_signal::SharedSignal;
 use patchbay_signal::normalize::Decoded;
@@ -17,7 +18,6 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::decode::EscapementDecoder;
 use crate::encode::encode_control;
 use crate::replay::ReplayGuard;
-use patchbay_graph::backoff::{Backoff, jitter_unit, with_jitter};
 
 /// `[outputs.NAME]` (two-way) or `[sources.NAME]` (listen only) with `type =
 /// "escapement"`: one WebSocket connection to an Escapement agent.
@@ -103,12 +103,9 @@ impl Source for Escapement {
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let source = format!("escapement:{}", cx.name());
-            let link = Link::new(self.config, source);
-            link.run(Side {
-                signals_in: Some(&cx),
-                controls: None,
-            })
-            .await
+            Link::new(self.config, source)
+                .run(LinkEnds::source(&cx))
+                .await
         })
     }
 }
@@ -117,55 +114,10 @@ impl Output for Escapement {
     fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let source = format!("escapement:{}", cx.name());
-            let link = Link::new(self.config, source);
-            link.run(Side {
-                signals_in: cx.inbound(),
-                controls: Some(&cx),
-            })
-            .await
+            Link::new(self.config, source)
+                .run(LinkEnds::output(&cx))
+                .await
         })
-    }
-}
-
-/// The graph ends a link talks to: where received signals go, where controls come from.
-struct Side<'a> {
-    signals_in: Option<&'a SourceContext>,
-    controls: Option<&'a OutputContext>,
-}
-
-impl Side<'_> {
-    fn set_state(&self, state: HealthState, detail: Option<String>) {
-        if let Some(cx) = self.controls {
-            cx.set_state(state, detail.clone());
-        }
-        if let Some(cx) = self.signals_in {
-            cx.set_state(state, detail);
-        }
-    }
-
-    fn record_error(&self, message: &str) {
-        tracing::warn!("{message}");
-        if let Some(cx) = self.controls {
-            cx.stats().record_error(message);
-        } else if let Some(cx) = self.signals_in {
-            cx.stats().record_error(message);
-        }
-    }
-
-    async fn shutdown(&self) {
-        match (self.controls, self.signals_in) {
-            (Some(cx), _) => cx.shutdown().wait().await,
-            (None, Some(cx)) => cx.shutdown().wait().await,
-            (None, None) => std::future::pending().await,
-        }
-    }
-
-    /// The next control signal; never resolves for a listen-only link.
-    async fn next_control(&self) -> Option<SharedSignal> {
-        match self.controls {
-            Some(cx) => cx.next().await,
-            None => std::future::pending().await,
-        }
     }
 }
 
@@ -203,7 +155,7 @@ impl Link {
         }
     }
 
-    async fn run(mut self, side: Side<'_>) -> Result<(), ComponentError> {
+    async fn run(mut self, side: LinkEnds<'_>) -> Result<(), ComponentError> {
         side.set_state(
             HealthState::Starting,
             Some(format!("connecting to {}", self.config.url)),
@@ -229,29 +181,15 @@ impl Link {
                 Err(_) => format!("connecting to {} timed out", self.config.url),
             };
             side.record_error(&reason);
-            let Some(delay) = self.backoff.next_delay() else {
-                let why = format!(
-                    "gave up after {} attempts: {reason}",
-                    self.backoff.attempts()
-                );
-                side.set_state(HealthState::Failed, Some(why.clone()));
-                drain_refusing(&side, &why).await;
-                return Err(why.into());
-            };
-            let delay = with_jitter(delay, jitter_unit());
-            side.set_state(
-                HealthState::Recovering,
-                Some(format!("retrying in {:.1} s", delay.as_secs_f64())),
-            );
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = side.shutdown() => return Ok(()),
+            let delay = side.retry_delay(&mut self.backoff, &reason).await?;
+            if !side.wait_to_reconnect(delay).await {
+                return Ok(());
             }
         }
     }
 
     /// Talks on one connection until it ends.
-    async fn session<S>(&mut self, ws: S, side: &Side<'_>) -> Ended
+    async fn session<S>(&mut self, ws: S, side: &LinkEnds<'_>) -> Ended
     where
         S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>>
             + futures_util::Sink<Message, Error = tokio_tungstenite::tungstenite::Error>
@@ -270,14 +208,14 @@ impl Link {
                 msg = stream.next() => match msg {
                     Some(Ok(Message::Text(text))) => {
                         self.decode(text.as_str(), &mut out);
-                        if !emit_all(side, &mut out).await {
+                        if side.emit_all(&mut out).await.is_err() {
                             return Ended::Stop;
                         }
                     }
                     Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
                         Ok(text) => {
                             self.decode(text, &mut out);
-                            if !emit_all(side, &mut out).await {
+                            if side.emit_all(&mut out).await.is_err() {
                                 return Ended::Stop;
                             }
                         }
@@ -319,7 +257,7 @@ impl Link {
         &mut self,
         sink: &mut K,
         signal: SharedSignal,
-        side: &Side<'_>,
+        side: &LinkEnds<'_>,
     ) -> Result<(), String>
     where
         K: futures_util::Sink<Message, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
@@ -357,31 +295,6 @@ impl Link {
             }
             // Not JSON: the decoder reports it as bad input.
             Err(_) => self.decoder.decode_text(text, out),
-        }
-    }
-}
-
-/// Emits decoded signals into `NAME.inbound` (or the source); `false` when the graph is
-/// gone.
-async fn emit_all(side: &Side<'_>, out: &mut Vec<Decoded>) -> bool {
-    let Some(cx) = side.signals_in else {
-        out.clear();
-        return true;
-    };
-    for decoded in out.drain(..) {
-        if cx.emit_decoded(decoded).await.is_err() {
-            return false;
-        }
-    }
-    true
-}
-
-/// An output that gave up still takes what the graph sends it (refused and counted), so
-/// that its blocking queue never stalls the rest of the graph.
-async fn drain_refusing(side: &Side<'_>, why: &str) {
-    if let Some(cx) = side.controls {
-        while let Some(signal) = cx.next().await {
-            cx.refused(format!("{} not sent: {why}", signal.kind));
         }
     }
 }

@@ -94,21 +94,14 @@ pub use handshake::{
 
 pub use transport::{DEFAULT_URL, OpenClawConfig, default_config_file, token_from_file};
 
-use patchbay_graph::{OutputKind, Registry, WhenFull};
+use patchbay_graph::Registry;
 use patchbay_signal::decode::StreamDecoder;
 
 /// Registers `type = "openclaw"`: as an output it talks both ways (aborts to the
 /// gateway, its events out of `NAME.inbound`; the queue blocks when full); as a source
 /// it only listens.
 pub fn register(registry: &mut Registry) {
-    registry.source("openclaw", transport::build_source).output(
-        "openclaw",
-        OutputKind {
-            build: transport::build_output,
-            inbound: true,
-            when_full: WhenFull::Block,
-        },
-    );
+    registry.link("openclaw", transport::build_source, transport::build_output);
 }
 
 /// The decoder `patchbay parse --protocol openclaw` drives: NDJSON, one frame per line,

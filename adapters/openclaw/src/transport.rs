@@ -5,12 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_graph::backoff::Backoff;
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, Options, Output, OutputContext, Source,
-    SourceContext,
+    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
+    Source, SourceContext,
 };
-use patchbay_signal::SharedSignal;
-use patchbay_signal::normalize::Decoded;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
@@ -20,7 +19,6 @@ use crate::encode::encode_control;
 use crate::handshake::{
     ConnectConfig, ConnectFailure, Handshake, HandshakeStep, PendingRequests, RpcOutcome,
 };
-use patchbay_graph::backoff::{Backoff, jitter_unit, with_jitter};
 
 /// The gateway's default address.
 pub const DEFAULT_URL: &str = "ws://127.0.0.1:18789";
@@ -148,10 +146,7 @@ impl Source for OpenClaw {
         Box::pin(async move {
             let source = format!("openclaw:{}", cx.name());
             Link::new(self.config, source, false)
-                .run(Side {
-                    signals_in: Some(&cx),
-                    controls: None,
-                })
+                .run(LinkEnds::source(&cx))
                 .await
         })
     }
@@ -162,76 +157,9 @@ impl Output for OpenClaw {
         Box::pin(async move {
             let source = format!("openclaw:{}", cx.name());
             Link::new(self.config, source, true)
-                .run(Side {
-                    signals_in: cx.inbound(),
-                    controls: Some(&cx),
-                })
+                .run(LinkEnds::output(&cx))
                 .await
         })
-    }
-}
-
-/// The graph ends a link talks to.
-struct Side<'a> {
-    signals_in: Option<&'a SourceContext>,
-    controls: Option<&'a OutputContext>,
-}
-
-impl Side<'_> {
-    fn set_state(&self, state: HealthState, detail: Option<String>) {
-        if let Some(cx) = self.controls {
-            cx.set_state(state, detail.clone());
-        }
-        if let Some(cx) = self.signals_in {
-            cx.set_state(state, detail);
-        }
-    }
-
-    fn record_error(&self, message: &str) {
-        tracing::warn!("{message}");
-        if let Some(cx) = self.controls {
-            cx.stats().record_error(message);
-        } else if let Some(cx) = self.signals_in {
-            cx.stats().record_error(message);
-        }
-    }
-
-    async fn shutdown(&self) {
-        match (self.controls, self.signals_in) {
-            (Some(cx), _) => cx.shutdown().wait().await,
-            (None, Some(cx)) => cx.shutdown().wait().await,
-            (None, None) => std::future::pending().await,
-        }
-    }
-
-    async fn next_control(&self) -> Option<SharedSignal> {
-        match self.controls {
-            Some(cx) => cx.next().await,
-            None => std::future::pending().await,
-        }
-    }
-
-    async fn emit(&self, out: &mut Vec<Decoded>) -> bool {
-        let Some(cx) = self.signals_in else {
-            out.clear();
-            return true;
-        };
-        for decoded in out.drain(..) {
-            if cx.emit_decoded(decoded).await.is_err() {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// A link that gave up still takes what the graph sends it (refused and counted), so
-    /// that its blocking queue never stalls the rest of the graph.
-    async fn drain_refusing(&self, why: &str) {
-        if let Some(cx) = self.controls {
-            while let Some(signal) = cx.next().await {
-                cx.refused(format!("{} not sent: {why}", signal.kind));
-            }
-        }
     }
 }
 
@@ -291,7 +219,7 @@ impl Link {
         connect
     }
 
-    async fn run(mut self, side: Side<'_>) -> Result<(), ComponentError> {
+    async fn run(mut self, side: LinkEnds<'_>) -> Result<(), ComponentError> {
         side.set_state(
             HealthState::Starting,
             Some(format!("connecting to {}", self.config.url)),
@@ -303,36 +231,21 @@ impl Link {
                 Ended::Refused(failure) => {
                     let why = format!("{failure}; not retrying: fix the token or the gateway");
                     side.record_error(&why);
-                    side.set_state(HealthState::Failed, Some(why.clone()));
-                    side.drain_refusing(&why).await;
+                    side.fail(&why).await;
                     return Err(why.into());
                 }
                 Ended::Retry(reason) => reason,
             };
             side.record_error(&reason);
-            let Some(delay) = self.backoff.next_delay() else {
-                let why = format!(
-                    "gave up after {} attempts: {reason}",
-                    self.backoff.attempts()
-                );
-                side.set_state(HealthState::Failed, Some(why.clone()));
-                side.drain_refusing(&why).await;
-                return Err(why.into());
-            };
-            let delay = with_jitter(delay, jitter_unit());
-            side.set_state(
-                HealthState::Recovering,
-                Some(format!("retrying in {:.1} s", delay.as_secs_f64())),
-            );
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = side.shutdown() => return Ok(()),
+            let delay = side.retry_delay(&mut self.backoff, &reason).await?;
+            if !side.wait_to_reconnect(delay).await {
+                return Ok(());
             }
         }
     }
 
     /// One connection: the handshake (with the timeout), then the session.
-    async fn connect(&mut self, connect: &ConnectConfig, side: &Side<'_>) -> Ended {
+    async fn connect(&mut self, connect: &ConnectConfig, side: &LinkEnds<'_>) -> Ended {
         let timeout = Duration::from_millis(self.config.connect_timeout_ms);
         let deadline = tokio::time::Instant::now() + timeout;
         let url = self.config.url.clone();
@@ -371,12 +284,12 @@ impl Link {
             };
             let Ok(frame) = serde_json::from_str::<Value>(&text) else {
                 self.decoder.decode_text(&text, &mut out);
-                side.emit(&mut out).await;
+                let _ = side.emit_all(&mut out).await;
                 continue;
             };
             let step = handshake.on_frame(&frame);
             self.decoder.decode_frame(frame, None, &mut out);
-            if !side.emit(&mut out).await {
+            if side.emit_all(&mut out).await.is_err() {
                 return Ended::Stop;
             }
             match step {
@@ -407,7 +320,12 @@ impl Link {
     /// A connected session, until it ends. The gateway sends a `tick` every
     /// `tick_interval_ms` (from `hello-ok`): two intervals without any frame mean the
     /// connection is dead even if the socket did not say so.
-    async fn session(&mut self, ws: Ws, side: &Side<'_>, tick_interval_ms: Option<u64>) -> Ended {
+    async fn session(
+        &mut self,
+        ws: Ws,
+        side: &LinkEnds<'_>,
+        tick_interval_ms: Option<u64>,
+    ) -> Ended {
         let silence_limit = tick_interval_ms
             .filter(|t| *t > 0)
             .map(|t| Duration::from_millis(t.saturating_mul(2)));
@@ -443,7 +361,7 @@ impl Link {
                             }
                             Err(_) => self.decoder.decode_text(text.as_str(), &mut out),
                         }
-                        if !side.emit(&mut out).await {
+                        if side.emit_all(&mut out).await.is_err() {
                             return Ended::Stop;
                         }
                     }

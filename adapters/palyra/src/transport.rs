@@ -39,7 +39,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use patchbay_graph::{
     BoxFuture, ComponentError, ComponentStats, Diagnostic, HealthState, Options, Output,
-    OutputContext, OutputKind, Registry, Source, SourceContext, WhenFull,
+    OutputContext, Registry, Source, SourceContext,
 };
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
@@ -65,14 +65,7 @@ pub const REALTIME_PATH: &str = "/realtime/v1/ws";
 /// signals come out of `NAME.inbound`; the output's queue blocks when full (a cancel is
 /// never dropped).
 pub fn register(registry: &mut Registry) {
-    registry.source(TYPE_NAME, build_source).output(
-        TYPE_NAME,
-        OutputKind {
-            build: build_output,
-            inbound: true,
-            when_full: WhenFull::Block,
-        },
-    );
+    registry.link(TYPE_NAME, build_source, build_output);
 }
 
 /// A secret config value: never shown by `Debug`.

@@ -18,7 +18,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use patchbay_graph::backoff::{Backoff, retry_detail};
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, Options, Registry, Source, SourceContext,
+    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Registry, Source,
+    SourceContext,
 };
 use patchbay_signal::normalize::Decoded;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -181,6 +182,7 @@ impl Source for SseSource {
                 Duration::from_millis(config.backoff_max_ms),
                 config.max_attempts,
             );
+            let ends = LinkEnds::source(&cx);
             loop {
                 if backoff.attempts() == 0 {
                     cx.set_state(HealthState::Starting, Some(format!("connecting to {url}")));
@@ -210,22 +212,11 @@ impl Source for SseSource {
                 if let Some(retry) = resume.retry.filter(|r| *r > 0) {
                     backoff.set_initial(Duration::from_millis(retry));
                 }
-                let Some(delay) = backoff.next_jittered() else {
-                    let reason = format!(
-                        "gave up after {} failed attempts: {reason}",
-                        backoff.attempts()
-                    );
-                    cx.set_state(HealthState::Failed, Some(reason.clone()));
-                    return Err(reason.into());
-                };
+                let delay = ends.retry_delay(&mut backoff, &reason).await?;
                 tracing::info!(url, "sse {}: {}", cx.name(), retry_detail(delay, &reason));
-                cx.set_state(HealthState::Recovering, Some(retry_detail(delay, &reason)));
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    () = cx.shutdown().wait() => {
-                        cx.set_state(HealthState::Stopped, None);
-                        return Ok(());
-                    }
+                if !ends.wait_to_reconnect(delay).await {
+                    cx.set_state(HealthState::Stopped, None);
+                    return Ok(());
                 }
             }
         })

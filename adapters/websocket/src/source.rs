@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, Options, Source, SourceContext,
+    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Source, SourceContext,
 };
 use patchbay_signal::normalize::{Decoded, Normalizer};
 use serde::Deserialize;
@@ -152,6 +152,7 @@ impl Source for WebSocketSource {
                 config.max_attempts,
             );
             let url = config.url.trim().to_owned();
+            let ends = LinkEnds::source(&cx);
             loop {
                 if backoff.attempts() == 0 {
                     cx.set_state(HealthState::Starting, Some(format!("connecting to {url}")));
@@ -171,27 +172,16 @@ impl Source for WebSocketSource {
                     }
                     Ended::Lost(reason) => reason,
                 };
-                let Some(delay) = backoff.next_jittered() else {
-                    let reason = format!(
-                        "gave up after {} failed attempts: {reason}",
-                        backoff.attempts()
-                    );
-                    cx.set_state(HealthState::Failed, Some(reason.clone()));
-                    return Err(reason.into());
-                };
+                let delay = ends.retry_delay(&mut backoff, &reason).await?;
                 tracing::info!(
                     url,
                     "websocket {}: {}",
                     cx.name(),
                     retry_detail(delay, &reason)
                 );
-                cx.set_state(HealthState::Recovering, Some(retry_detail(delay, &reason)));
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    () = cx.shutdown().wait() => {
-                        cx.set_state(HealthState::Stopped, None);
-                        return Ok(());
-                    }
+                if !ends.wait_to_reconnect(delay).await {
+                    cx.set_state(HealthState::Stopped, None);
+                    return Ok(());
                 }
             }
         })

@@ -1,9 +1,10 @@
 //! patchbay's wiring graph.
 //!
 //! Users write pipelines as TOML config files: sources, filters and outputs wired by
-//! their `inputs`. This crate loads and checks them ([`config`], [`compile`]), defines the
+//! their `inputs`. This crate loads and checks them ([`config`], [`compile()`]), defines the
 //! interfaces components implement ([`filter`] for filters, [`component`] for sources and
 //! outputs), and runs the graph ([`engine`] synchronously, [`runtime`] with tokio).
+//! Transports that talk both ways reach their graph ends through [`LinkEnds`].
 
 pub mod backoff;
 pub mod compile;
@@ -11,6 +12,7 @@ pub mod component;
 pub mod config;
 pub mod engine;
 pub mod filter;
+pub mod link_ends;
 pub mod queue;
 pub mod registry;
 pub mod runtime;
@@ -23,6 +25,7 @@ pub use component::{
 };
 pub use config::{Diagnostic, Options, SourceText};
 pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
+pub use link_ends::{GaveUp, LinkEnds};
 pub use queue::{SignalQueue, WhenFull};
 pub use registry::{DiscoveryBuilder, DiscoveryPlan, OutputKind, Registry};
 pub use telemetry::{ComponentStats, HealthState, Telemetry};

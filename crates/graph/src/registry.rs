@@ -72,6 +72,25 @@ impl Registry {
         self
     }
 
+    /// Registers a two-way link type (an agent runtime's connection) under one name: as a
+    /// source it only listens; as an output it sends controls and what it receives comes
+    /// out of `NAME.inbound`, its queue blocking when full so that no control is dropped.
+    pub fn link(
+        &mut self,
+        type_name: &'static str,
+        build_source: SourceBuilder,
+        build_output: OutputBuilder,
+    ) -> &mut Self {
+        self.source(type_name, build_source).output(
+            type_name,
+            OutputKind {
+                build: build_output,
+                inbound: true,
+                when_full: WhenFull::Block,
+            },
+        )
+    }
+
     /// Registers what the `[discovery]` section builds.
     pub fn discovery(&mut self, build: DiscoveryBuilder) -> &mut Self {
         self.discovery = Some(build);

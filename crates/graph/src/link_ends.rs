@@ -1,0 +1,274 @@
+//! The graph ends of a two-way link (an agent runtime's connection): one transport runs
+//! either as a listen-only source or as an output whose peer's messages come out of
+//! `NAME.inbound`, and [`LinkEnds`] lets it talk to whichever ends it has without caring
+//! which of the two it runs as.
+
+use std::time::Duration;
+
+use patchbay_signal::SharedSignal;
+use patchbay_signal::normalize::Decoded;
+
+use crate::backoff::{Backoff, retry_detail};
+use crate::component::{Closed, OutputContext, SourceContext};
+use crate::telemetry::HealthState;
+
+/// The graph ends a link talks to: where the signals it receives go, and where the
+/// controls it sends come from. A source has only the first; an output has the second and,
+/// when declared two-way, the first (its `NAME.inbound`).
+#[derive(Debug, Clone, Copy)]
+pub struct LinkEnds<'a> {
+    /// Where received signals go (`None`: an output without an inbound side).
+    pub signals_in: Option<&'a SourceContext>,
+    /// Where controls come from (`None`: a listen-only source).
+    pub controls: Option<&'a OutputContext>,
+}
+
+/// A link used up its reconnection attempts; its ends are `Failed` with this reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("gave up after {attempts} attempts: {reason}")]
+pub struct GaveUp {
+    /// The failed attempts in a row.
+    pub attempts: u32,
+    /// Why the last one failed.
+    pub reason: String,
+}
+
+impl<'a> LinkEnds<'a> {
+    /// The ends of a link running as a source: it only listens.
+    pub fn source(cx: &'a SourceContext) -> Self {
+        LinkEnds {
+            signals_in: Some(cx),
+            controls: None,
+        }
+    }
+
+    /// The ends of a link running as an output: controls from its queue, received
+    /// signals out of its `NAME.inbound`, if it has one.
+    pub fn output(cx: &'a OutputContext) -> Self {
+        LinkEnds {
+            signals_in: cx.inbound(),
+            controls: Some(cx),
+        }
+    }
+
+    /// Sets the health of every end: one link, one state.
+    pub fn set_state(&self, state: HealthState, detail: Option<String>) {
+        if let Some(cx) = self.controls {
+            cx.set_state(state, detail.clone());
+        }
+        if let Some(cx) = self.signals_in {
+            cx.set_state(state, detail);
+        }
+    }
+
+    /// Logs an error and keeps it as the `last_error` of the output (else the source).
+    pub fn record_error(&self, message: &str) {
+        if let Some(cx) = self.controls {
+            cx.stats().record_error(message);
+        } else if let Some(cx) = self.signals_in {
+            cx.stats().record_error(message);
+        } else {
+            tracing::warn!("{message}");
+        }
+    }
+
+    /// Resolves when shutdown is requested.
+    pub async fn shutdown(&self) {
+        match (self.controls, self.signals_in) {
+            (Some(cx), _) => cx.shutdown().wait().await,
+            (None, Some(cx)) => cx.shutdown().wait().await,
+            (None, None) => std::future::pending().await,
+        }
+    }
+
+    /// The next control signal; `None` once the graph has ended and the queue is empty.
+    /// Never resolves for a listen-only link, so that it can sit in a `select!`.
+    pub async fn next_control(&self) -> Option<SharedSignal> {
+        match self.controls {
+            Some(cx) => cx.next().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Emits the decoded signals in `out` (emptying it) into the graph; without an
+    /// inbound side they are dropped. `Err` when the graph is gone.
+    pub async fn emit_all(&self, out: &mut Vec<Decoded>) -> Result<(), Closed> {
+        let Some(cx) = self.signals_in else {
+            out.clear();
+            return Ok(());
+        };
+        for decoded in out.drain(..) {
+            cx.emit_decoded(decoded).await?;
+        }
+        Ok(())
+    }
+
+    /// Gives up: every end `Failed` with `why`. An output still takes what the graph
+    /// sends it (refused and counted) until the graph ends, so that its blocking queue
+    /// never stalls the rest of the graph.
+    pub async fn fail(&self, why: &str) {
+        self.set_state(HealthState::Failed, Some(why.to_owned()));
+        self.drain_refusing(why).await;
+    }
+
+    /// Refuses every control until the graph ends (at once for a listen-only link).
+    pub async fn drain_refusing(&self, why: &str) {
+        if let Some(cx) = self.controls {
+            while let Some(signal) = cx.next().await {
+                cx.refused(format!("{} not sent: {why}", signal.kind));
+            }
+        }
+    }
+
+    /// After a failed connection: the (jittered) delay before the next attempt, the ends
+    /// `Recovering` ("retrying in N s: reason") meanwhile; or, the attempts used up, the
+    /// link [failed](LinkEnds::fail) and why.
+    pub async fn retry_delay(
+        &self,
+        backoff: &mut Backoff,
+        reason: &str,
+    ) -> Result<Duration, GaveUp> {
+        let Some(delay) = backoff.next_jittered() else {
+            let gave_up = GaveUp {
+                attempts: backoff.attempts(),
+                reason: reason.to_owned(),
+            };
+            self.fail(&gave_up.to_string()).await;
+            return Err(gave_up);
+        };
+        self.set_state(HealthState::Recovering, Some(retry_detail(delay, reason)));
+        Ok(delay)
+    }
+
+    /// Waits out `delay` before reconnecting; `false` when shutdown came first.
+    pub async fn wait_to_reconnect(&self, delay: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => true,
+            () = self.shutdown() => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use patchbay_signal::{Object, Signal};
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::component::{Event, Shutdown};
+    use crate::queue::{SignalQueue, WhenFull};
+    use crate::telemetry::{ComponentStats, Role, Telemetry};
+
+    /// An output `agent` with its `agent.inbound` side, as the runtime builds them.
+    fn two_way() -> (OutputContext, mpsc::Receiver<Event>) {
+        let (tx, rx) = mpsc::channel(8);
+        let inbound = SourceContext::new(
+            1,
+            "agent.inbound".into(),
+            tx,
+            Arc::new(ComponentStats::new("agent.inbound", "test", Role::Source)),
+            Shutdown::never(),
+        );
+        let cx = OutputContext {
+            name: "agent".into(),
+            queue: Arc::new(SignalQueue::new(8, WhenFull::Block)),
+            stats: Arc::new(ComponentStats::new("agent", "test", Role::Output)),
+            inbound: Some(inbound),
+            telemetry: Arc::new(Telemetry::default()),
+            shutdown: Shutdown::never(),
+        };
+        (cx, rx)
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn one_state_for_every_end_and_errors_on_the_output() {
+        let (cx, _rx) = two_way();
+        let ends = LinkEnds::output(&cx);
+        ends.set_state(HealthState::Ok, Some("connected".into()));
+        ends.record_error("boom");
+        let output = cx.stats().snapshot();
+        let inbound = cx.inbound().expect("inbound").stats().snapshot();
+        assert_eq!(output.state, HealthState::Ok);
+        assert_eq!(inbound.state, HealthState::Ok);
+        assert_eq!(inbound.detail.as_deref(), Some("connected"));
+        assert_eq!(output.last_error.as_deref(), Some("boom"));
+        assert_eq!(inbound.last_error, None);
+    }
+
+    #[tokio::test]
+    async fn decoded_signals_go_to_the_inbound_side_or_nowhere() {
+        let (cx, mut rx) = two_way();
+        let signal = || Decoded::Signal(Signal::new("text", "test", Object::new()));
+        let mut out = vec![signal(), signal()];
+        LinkEnds::output(&cx)
+            .emit_all(&mut out)
+            .await
+            .expect("open");
+        assert!(out.is_empty());
+        assert!(matches!(rx.try_recv(), Ok(Event::Signal(1, _))));
+        assert!(matches!(rx.try_recv(), Ok(Event::Signal(1, _))));
+
+        let without_inbound = LinkEnds {
+            signals_in: None,
+            controls: Some(&cx),
+        };
+        let mut out = vec![signal()];
+        without_inbound.emit_all(&mut out).await.expect("dropped");
+        assert!(out.is_empty());
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn recovers_then_gives_up_failing_and_refusing_controls() {
+        let (cx, _rx) = two_way();
+        let ends = LinkEnds::output(&cx);
+        let mut backoff = Backoff::new(ms(1), ms(1), Some(1));
+
+        let delay = ends
+            .retry_delay(&mut backoff, "lost")
+            .await
+            .expect("a retry");
+        assert!(delay >= ms(1) && delay < ms(2), "{delay:?}");
+        let output = cx.stats().snapshot();
+        assert_eq!(output.state, HealthState::Recovering);
+        assert_eq!(output.detail.as_deref(), Some("retrying in 0.0 s: lost"));
+        assert!(ends.wait_to_reconnect(delay).await);
+
+        // A control still queued, then the graph ends: giving up refuses it and returns.
+        cx.queue()
+            .push(Arc::new(Signal::new(
+                "control.pause",
+                "test",
+                Object::new(),
+            )))
+            .await;
+        cx.queue().close();
+        let gave_up = ends.retry_delay(&mut backoff, "lost again").await;
+        let expected = GaveUp {
+            attempts: 1,
+            reason: "lost again".into(),
+        };
+        assert_eq!(gave_up, Err(expected.clone()));
+        assert_eq!(expected.to_string(), "gave up after 1 attempts: lost again");
+        for stats in [cx.stats(), cx.inbound().expect("inbound").stats()] {
+            let snapshot = stats.snapshot();
+            assert_eq!(snapshot.state, HealthState::Failed);
+            assert_eq!(
+                snapshot.detail.as_deref(),
+                Some("gave up after 1 attempts: lost again")
+            );
+        }
+        let output = cx.stats().snapshot();
+        assert_eq!(output.bad_input, 1);
+        assert_eq!(
+            output.last_error.as_deref(),
+            Some("control.pause not sent: gave up after 1 attempts: lost again")
+        );
+    }
+}
