@@ -10,59 +10,29 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use patchbay_anthropic::{AnthropicStreamDecoder, MessagesDecoder};
-use patchbay_signal::decode::StreamDecoder;
 use patchbay_sse::Framing;
-use serde_json::Value;
+use patchbay_testkit::throughput::{
+    SseStream, decode_each_payload, feed_in_reads, parse_payloads_as_json, repeated_sse_captures,
+};
 
 const CAPTURES: [&str; 2] = [
     "anthropic/py-basic_response.sse",
     "anthropic/py-tool_use_response.sse",
 ];
 
-/// About 4 MB of SSE: the captures back to back, repeated.
-fn stream() -> (Vec<u8>, Vec<Vec<u8>>) {
-    let one: String = CAPTURES
-        .iter()
-        .map(|c| {
-            let mut text = patchbay_testkit::fixture_text(c);
-            if !text.ends_with("\n\n") {
-                text.push_str("\n\n");
-            }
-            text
-        })
-        .collect();
-    let repeat = (4 << 20) / one.len().max(1) + 1;
-    let text = one.repeat(repeat);
-    let payloads = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| d.as_bytes().to_vec())
-        .collect();
-    (text.into_bytes(), payloads)
-}
-
 fn bench(c: &mut Criterion) {
-    let (bytes, payloads) = stream();
+    // About 4 MB of SSE: the captures back to back, repeated.
+    let SseStream { bytes, payloads } = repeated_sse_captures(&CAPTURES, 4 << 20);
     let mut group = c.benchmark_group("anthropic");
     group.throughput(Throughput::Bytes(bytes.len() as u64));
     group.sample_size(20);
     group.bench_function("serde_json_value_of_payloads", |b| {
-        b.iter(|| {
-            for p in &payloads {
-                black_box(serde_json::from_slice::<Value>(p).ok());
-            }
-        })
+        b.iter(|| parse_payloads_as_json(&payloads))
     });
     group.bench_function("messages_decoder_of_payloads", |b| {
         b.iter(|| {
             let mut decoder = MessagesDecoder::new("bench");
-            let mut out = Vec::with_capacity(64);
-            for p in &payloads {
-                decoder.decode_data_at(std::str::from_utf8(p).unwrap_or_default(), 0, &mut out);
-                black_box(&out);
-                out.clear();
-            }
+            decode_each_payload(&payloads, |p, out| decoder.decode_data_at(p, 0, out));
         })
     });
     group.bench_function("sse_parser_alone", |b| {
@@ -76,18 +46,10 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.bench_function("stream_decoder_of_sse_bytes", |b| {
+        // As an LLM stream arrives: small reads (1 KiB).
         b.iter(|| {
-            let mut decoder = AnthropicStreamDecoder::with_framing("bench", Framing::Sse);
-            let mut out = Vec::with_capacity(64);
-            // As an LLM stream arrives: small reads (1 KiB), each read's signals handed on
-            // before the next (as the proxy's tap does).
-            for chunk in bytes.chunks(1024) {
-                decoder.feed(chunk, &mut out);
-                black_box(&out);
-                out.clear();
-            }
-            decoder.finish(&mut out);
-            black_box(&out);
+            let decoder = AnthropicStreamDecoder::with_framing("bench", Framing::Sse);
+            feed_in_reads(decoder, &bytes, 1024);
         })
     });
     group.finish();

@@ -3,9 +3,13 @@
 
 mod common;
 
-use common::{Rng, check_valid, decode, decode_split, kinds, signals, stable};
+use common::{decode, decoder, signals};
 use patchbay_anthropic::{MessagesDecoder, decode_response};
 use patchbay_signal::Signal;
+use patchbay_testkit::decoding::{decode_split, kinds, stable};
+use patchbay_testkit::prng::Rng;
+use patchbay_testkit::random_input::random_pieces;
+use patchbay_testkit::validity::assert_all_decoded_valid;
 use serde_json::{Value, json};
 
 /// One JSON event per line.
@@ -539,7 +543,7 @@ fn bad_input_is_reported() {
     d.decode_data_at("{nope", 3, &mut out);
     d.decode_data_at(&start("msg_b", "m", 1).to_string(), 500, &mut out);
     d.decode_data_at("\"a string\"", 900, &mut out);
-    check_valid(&out);
+    assert_all_decoded_valid(&out);
     assert!(out[0].is_bad());
     assert_eq!(out[0].clone().into_signal().timestamp, 0);
     assert_eq!(d.message_id(), Some("msg_b"));
@@ -564,7 +568,7 @@ fn non_streaming_response_matches_its_streaming_form() {
         "usage": {"input_tokens": 30, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 5, "output_tokens": 12}
     });
     let response = decode_response("parse:anthropic", &body.to_string());
-    check_valid(&response);
+    assert_all_decoded_valid(&response);
     let stream = lines(&[
         json!({"type": "message_start", "message": {"id": "msg_R", "type": "message", "role": "assistant",
             "model": "claude-x", "content": [], "stop_reason": null, "stop_sequence": null,
@@ -616,7 +620,7 @@ fn non_streaming_error_and_garbage_bodies() {
         "anthropic:x",
         r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: required"},"request_id":"req_9"}"#,
     );
-    check_valid(&out);
+    assert_all_decoded_valid(&out);
     let s = out[0].clone().into_signal();
     assert_eq!(s.kind, "error");
     assert_eq!(s.payload["code"], "invalid_request_error");
@@ -668,14 +672,10 @@ fn arbitrary_bytes_never_panic() {
         } else {
             b"event: x\ndata: {"
         });
-        for _ in 0..rng.below(150) {
-            if rng.below(8) == 0 {
-                input.push(rng.next() as u8);
-            } else {
-                input.extend_from_slice(pieces[rng.below(pieces.len() as u64) as usize].as_bytes());
-            }
-        }
-        check_valid(&decode_split(&input, &mut || rng.below(20) as usize + 1));
+        input.extend(random_pieces(&mut rng, 150, pieces, 8));
+        assert_all_decoded_valid(&decode_split(decoder().as_mut(), &input, &mut || {
+            rng.below(20) + 1
+        }));
     }
     // Well-formed events with random values, in random order.
     let values = [
@@ -702,15 +702,15 @@ fn arbitrary_bytes_never_panic() {
     for _ in 0..300 {
         let mut events = Vec::new();
         for _ in 0..rng.below(12) {
-            let mut pick = || values[rng.below(values.len() as u64) as usize].clone();
+            let mut pick = || values[rng.below(values.len())].clone();
             let mut e = json!({"index": pick(), "message": {"id": pick(), "model": pick(), "usage": pick()},
                 "content_block": {"type": pick(), "id": pick(), "name": pick(), "input": pick(), "text": pick()},
                 "delta": {"type": pick(), "text": pick(), "partial_json": pick(), "stop_reason": pick()},
                 "usage": {"input_tokens": pick(), "output_tokens": pick()}, "error": pick()});
-            e["type"] = json!(types[rng.below(types.len() as u64) as usize]);
+            e["type"] = json!(types[rng.below(types.len())]);
             events.push(e);
         }
-        check_valid(&decode(&lines(&events)));
+        assert_all_decoded_valid(&decode(&lines(&events)));
     }
 }
 

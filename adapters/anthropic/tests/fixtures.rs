@@ -2,9 +2,12 @@
 
 mod common;
 
-use common::{Rng, decode, decode_split, kinds, signals, stable};
+use common::{decode, decoder, signals};
 use patchbay_signal::Signal;
+use patchbay_testkit::decoding::{kinds, stable};
 use patchbay_testkit::fixture_text;
+use patchbay_testkit::prng::Rng;
+use patchbay_testkit::properties::assert_random_splits_keep_stable;
 use serde_json::{Value, json};
 
 const CAPTURES: [&str; 3] = [
@@ -203,16 +206,6 @@ fn sse_and_json_lines_forms_agree() {
 fn captures_are_insensitive_to_how_input_is_split() {
     let mut rng = Rng(99);
     for name in CAPTURES {
-        let capture = fixture_text(name);
-        let whole: Vec<Value> = decode(&capture).iter().map(stable).collect();
-        for round in 0..25 {
-            let max = if round < 5 { 2 } else { 200 };
-            let split: Vec<Value> =
-                decode_split(capture.as_bytes(), &mut || rng.below(max) as usize + 1)
-                    .iter()
-                    .map(stable)
-                    .collect();
-            assert_eq!(split, whole, "{name}");
-        }
+        assert_random_splits_keep_stable(decoder, &fixture_text(name), name, &mut rng, 200);
     }
 }

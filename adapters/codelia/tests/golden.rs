@@ -5,9 +5,11 @@ mod support;
 use patchbay_codelia::{CodeliaDecoder, CodeliaStream};
 use patchbay_signal::Signal;
 use patchbay_signal::decode::StreamDecoder;
+use patchbay_testkit::decoding::kinds;
 use patchbay_testkit::fixture_text;
+use patchbay_testkit::validity::assert_all_valid;
 use serde_json::{Value, json};
-use support::{assert_all_valid, kinds, signals};
+use support::signals;
 
 const AGENT: &str = "parse:codelia";
 

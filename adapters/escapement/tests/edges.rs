@@ -5,20 +5,16 @@ mod support;
 use patchbay_escapement::EscapementDecoder;
 use patchbay_signal::Signal;
 use patchbay_signal::normalize::Decoded;
+use patchbay_testkit::decoding::{decode_whole, good_signals, kinds};
+use patchbay_testkit::validity::assert_all_valid;
 use serde_json::{Value, json};
-use support::{assert_all_valid, kinds, signals};
+use support::signals;
 
 fn decode_one(frame: Value) -> Vec<Signal> {
     let mut d = EscapementDecoder::new("escapement:test");
     let mut out = Vec::new();
     d.decode_frame(frame, None, &mut out);
-    let out: Vec<Signal> = out
-        .into_iter()
-        .map(|d| {
-            assert!(!d.is_bad(), "{d:?}");
-            d.into_signal()
-        })
-        .collect();
+    let out = good_signals(out);
     assert_all_valid(&out);
     out
 }
@@ -275,7 +271,7 @@ fn odd_data_and_times() {
 #[test]
 fn bad_input_is_reported_at_the_last_good_time() {
     let text = "not json\n[1,2]\n{\"no\":\"kind\"}\n{\"kind\":\"event\",\"ts\":77,\"event\":\"a\"}\n{oops\n";
-    let out = support::decode(text);
+    let out = decode_whole(support::decoder().as_mut(), text);
     let bad: Vec<&Decoded> = out.iter().filter(|d| d.is_bad()).collect();
     assert_eq!(bad.len(), 4);
     let stamps: Vec<i64> = out

@@ -2,9 +2,11 @@
 
 mod support;
 
+use patchbay_testkit::decoding::kinds;
 use patchbay_testkit::fixture_text;
+use patchbay_testkit::validity::assert_all_valid;
 use serde_json::{Value, json};
-use support::{assert_all_valid, kinds, signals};
+use support::signals;
 
 const PLANNER_SESSION: &str = "session/889d14f8-d7ad-4db2-97a2-014342482237";
 const RUNNER_SESSION: &str = ":session/889d14f8-d7ad-4db2-97a2-014342482237";

@@ -1,6 +1,7 @@
 //! The byte parser: every escape form, terminators, splits, passthrough, errors.
 
 use patchbay_jte::{JteErrorKind, JteEvent, JteOutput, JteParser, OSC_TO_PROGRAM, OSC_TO_TERMINAL};
+use patchbay_testkit::prng::Rng;
 use serde_json::{Value, json};
 
 const ESC: u8 = 0x1b;
@@ -468,24 +469,6 @@ fn held_bytes_can_be_flushed() {
     assert_eq!(out.events.len(), 1);
 }
 
-/// A tiny deterministic pseudo-random generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 #[test]
 fn arbitrary_bytes_never_panic_and_are_split_insensitive() {
     let alphabet: &[u8] = b"\x1b]23198;0{}\"\x07\x9c\\\x18a\xc5\xe2\xf0[";
@@ -497,7 +480,7 @@ fn arbitrary_bytes_never_panic_and_are_split_insensitive() {
                 if round % 2 == 0 {
                     alphabet[rng.below(alphabet.len())]
                 } else {
-                    rng.next() as u8
+                    rng.next_u64() as u8
                 }
             })
             .collect();

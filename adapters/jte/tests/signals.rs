@@ -6,6 +6,7 @@ use patchbay_jte::{
 };
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{Signal, object};
+use patchbay_testkit::prng::Rng;
 use serde_json::{Value, json};
 
 const SOURCE: &str = "parse:jte";
@@ -353,20 +354,6 @@ fn the_readme_snippet_run_by_a_real_shell() {
     check_snippet_bytes(&output.stdout);
 }
 
-/// A tiny deterministic pseudo-random generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 #[test]
 fn arbitrary_escapes_give_valid_signals_only() {
     let words = [
@@ -386,30 +373,30 @@ fn arbitrary_escapes_give_valid_signals_only() {
     for _ in 0..500 {
         let mut data = serde_json::Map::new();
         let mut top = serde_json::Map::new();
-        for _ in 0..(rng.next() % 5) {
-            let key = keys[(rng.next() % keys.len() as u64) as usize];
-            let value = match rng.next() % 5 {
-                0 => json!(words[(rng.next() % words.len() as u64) as usize]),
-                1 => json!(rng.next() % 100),
+        for _ in 0..(rng.next_u64() % 5) {
+            let key = keys[(rng.next_u64() % keys.len() as u64) as usize];
+            let value = match rng.next_u64() % 5 {
+                0 => json!(words[(rng.next_u64() % words.len() as u64) as usize]),
+                1 => json!(rng.next_u64() % 100),
                 2 => json!(true),
                 3 => json!({"k": "v"}),
                 _ => Value::Null,
             };
-            if rng.next().is_multiple_of(2) {
+            if rng.next_u64().is_multiple_of(2) {
                 data.insert(key.into(), value);
             } else {
                 top.insert(key.into(), value);
             }
         }
         top.insert("data".into(), Value::Object(data));
-        if !rng.next().is_multiple_of(4) {
+        if !rng.next_u64().is_multiple_of(4) {
             top.insert(
                 "command".into(),
-                json!(words[(rng.next() % words.len() as u64) as usize]),
+                json!(words[(rng.next_u64() % words.len() as u64) as usize]),
             );
         }
         bytes.extend(osc(&Value::Object(top)));
-        if rng.next().is_multiple_of(7) {
+        if rng.next_u64().is_multiple_of(7) {
             bytes.extend_from_slice(b"\x1b]23198;0;{\"oops\x07");
         }
     }
@@ -423,7 +410,9 @@ fn arbitrary_escapes_give_valid_signals_only() {
     }
     // Random bytes through the signal decoder never panic.
     for _ in 0..200 {
-        let junk: Vec<u8> = (0..(rng.next() % 300)).map(|_| rng.next() as u8).collect();
+        let junk: Vec<u8> = (0..(rng.next_u64() % 300))
+            .map(|_| rng.next_u64() as u8)
+            .collect();
         for d in decode_bytes(&junk) {
             assert_valid(&d.into_signal());
         }

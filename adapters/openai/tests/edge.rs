@@ -3,10 +3,14 @@
 
 mod common;
 
-use common::{Rng, check_valid, decode, decode_split, kinds, signals, sse, stable};
+use common::{decode, decoder, signals, sse};
 use patchbay_openai::{ChatDecoder, decode_response};
 use patchbay_signal::Signal;
 use patchbay_signal::normalize::Decoded;
+use patchbay_testkit::decoding::{decode_split, kinds, stable};
+use patchbay_testkit::prng::Rng;
+use patchbay_testkit::random_input::random_pieces;
+use patchbay_testkit::validity::assert_all_decoded_valid;
 use serde_json::{Value, json};
 
 fn chunk(choices: Value) -> Value {
@@ -474,7 +478,7 @@ fn bad_lines_are_reported_and_the_stream_goes_on() {
     );
     d.decode_data_at("not json", 9999, &mut out);
     d.decode_data_at("[1, 2]", 9999, &mut out);
-    check_valid(&out);
+    assert_all_decoded_valid(&out);
     assert!(out[0].is_bad());
     assert_eq!(out[0].clone().into_signal().timestamp, 0);
     assert!(!out[1].is_bad());
@@ -577,7 +581,7 @@ fn non_streaming_response_matches_its_streaming_form() {
         response[1]["signal"]["metadata"]["choice"], 0,
         "n>1 known from the body"
     );
-    check_valid(&decode_response("parse:openai", &body.to_string()));
+    assert_all_decoded_valid(&decode_response("parse:openai", &body.to_string()));
 }
 
 #[test]
@@ -586,7 +590,7 @@ fn non_streaming_error_and_garbage_bodies() {
         "openai:x",
         r#"{"error":{"code":null,"message":"model not found","param":null,"type":"invalid_request_error"}}"#,
     );
-    check_valid(&out);
+    assert_all_decoded_valid(&out);
     let s = out[0].clone().into_signal();
     assert_eq!(s.kind, "error");
     assert_eq!(s.payload["code"], "invalid_request_error");
@@ -635,18 +639,11 @@ fn arbitrary_bytes_never_panic() {
     ];
     for round in 0..400 {
         let mut input = Vec::new();
-        let len = rng.below(120);
         // Half the rounds start like JSON lines, half like SSE.
         input.extend_from_slice(if round % 2 == 0 { b"{" } else { b"data: {" });
-        for _ in 0..len {
-            if rng.below(8) == 0 {
-                input.push(rng.next() as u8);
-            } else {
-                input.extend_from_slice(pieces[rng.below(pieces.len() as u64) as usize].as_bytes());
-            }
-        }
-        let out = decode_split(&input, &mut || rng.below(20) as usize + 1);
-        check_valid(&out);
+        input.extend(random_pieces(&mut rng, 120, pieces, 8));
+        let out = decode_split(decoder().as_mut(), &input, &mut || rng.below(20) + 1);
+        assert_all_decoded_valid(&out);
     }
     // Structurally valid chunks with random values in every field.
     let values = [
@@ -661,14 +658,14 @@ fn arbitrary_bytes_never_panic() {
         json!(18446744073709551615u64),
     ];
     for _ in 0..400 {
-        let mut pick = || values[rng.below(values.len() as u64) as usize].clone();
+        let mut pick = || values[rng.below(values.len())].clone();
         let c = json!({"id": pick(), "model": pick(), "choices": [
             {"index": pick(), "delta": {"content": pick(), "reasoning": pick(), "refusal": pick(),
               "tool_calls": [{"index": pick(), "id": pick(), "type": pick(), "function": {"name": pick(), "arguments": pick()}}, pick()],
               "function_call": pick()}, "finish_reason": pick(), "logprobs": pick()}, pick()],
             "usage": {"prompt_tokens": pick(), "completion_tokens": pick(), "x": pick()}, "error": pick()});
         let out = decode(&sse(&[c]));
-        check_valid(&out);
+        assert_all_decoded_valid(&out);
         let _ = out.into_iter().map(Decoded::into_signal).count();
     }
 }

@@ -4,10 +4,13 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{Rng, decode, decode_split, kinds, signals, stable};
+use common::{decode, decoder, signals};
 use patchbay_openai::{ModelListError, model_ids};
 use patchbay_signal::Signal;
+use patchbay_testkit::decoding::{kinds, stable};
 use patchbay_testkit::fixture_text;
+use patchbay_testkit::prng::Rng;
+use patchbay_testkit::properties::assert_random_splits_keep_stable;
 use serde_json::{Value, json};
 
 const STREAMS: [&str; 3] = [
@@ -239,17 +242,7 @@ fn json_lines_form_gives_the_same_signals() {
 fn captures_are_insensitive_to_how_input_is_split() {
     let mut rng = Rng(7);
     for name in STREAMS {
-        let capture = fixture_text(name);
-        let whole: Vec<Value> = decode(&capture).iter().map(stable).collect();
-        for round in 0..25 {
-            let max = if round < 5 { 2 } else { 300 };
-            let split: Vec<Value> =
-                decode_split(capture.as_bytes(), &mut || rng.below(max) as usize + 1)
-                    .iter()
-                    .map(stable)
-                    .collect();
-            assert_eq!(split, whole, "{name}");
-        }
+        assert_random_splits_keep_stable(decoder, &fixture_text(name), name, &mut rng, 300);
     }
 }
 

@@ -5,19 +5,14 @@ mod support;
 use patchbay_openclaw::OpenClawDecoder;
 use patchbay_signal::Signal;
 use patchbay_signal::normalize::Decoded;
+use patchbay_testkit::decoding::{good_signals, kinds};
+use patchbay_testkit::validity::assert_all_valid;
 use serde_json::{Value, json};
-use support::{assert_all_valid, kinds};
 
 fn decode(d: &mut OpenClawDecoder, frame: Value) -> Vec<Signal> {
     let mut out = Vec::new();
     d.decode_frame(frame, Some(5), &mut out);
-    let out: Vec<Signal> = out
-        .into_iter()
-        .map(|d| {
-            assert!(!d.is_bad(), "{d:?}");
-            d.into_signal()
-        })
-        .collect();
+    let out = good_signals(out);
     assert_all_valid(&out);
     out
 }

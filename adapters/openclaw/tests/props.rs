@@ -4,7 +4,12 @@
 mod support;
 
 use patchbay_testkit::fixture_text;
-use support::{Rng, comparable, decode_chunked};
+use patchbay_testkit::prng::Rng;
+use patchbay_testkit::properties::{
+    assert_chunking_keeps_comparable, assert_mutated_text_gives_schema_valid_signals,
+    assert_random_input_gives_schema_valid_signals,
+};
+use support::decoder;
 
 /// Pieces that make random input likely to reach deep into the decoder.
 const PIECES: &[&str] = &[
@@ -59,50 +64,17 @@ const PIECES: &[&str] = &[
     "\u{1F600}",
 ];
 
-fn random_input(rng: &mut Rng) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    for _ in 0..rng.below(200) {
-        if rng.below(3) == 0 {
-            bytes.push(rng.next() as u8);
-        } else {
-            bytes.extend_from_slice(PIECES[rng.below(PIECES.len())].as_bytes());
-        }
-    }
-    bytes
-}
-
 #[test]
 fn arbitrary_bytes_never_panic_and_give_valid_signals() {
     let mut rng = Rng(0x5eed_1234_abcd_0001);
-    for _ in 0..3000 {
-        let bytes = random_input(&mut rng);
-        let sizes = [1 + rng.below(7), 1 + rng.below(64)];
-        for d in decode_chunked(&bytes, &sizes) {
-            patchbay_testkit::assert_schema_valid(&d.into_signal().to_value());
-        }
-    }
+    assert_random_input_gives_schema_valid_signals(decoder, PIECES, &mut rng, 3000);
 }
 
 #[test]
 fn mutated_fixture_lines_never_panic() {
     let text = fixture_text("openclaw/openclaw-chat-send-mock-toolcall.jsonl");
     let mut rng = Rng(42);
-    for _ in 0..100 {
-        let mut bytes = text.clone().into_bytes();
-        for _ in 0..1 + rng.below(8) {
-            let at = rng.below(bytes.len());
-            match rng.below(3) {
-                0 => bytes[at] = rng.next() as u8,
-                1 => {
-                    bytes.remove(at);
-                }
-                _ => bytes.insert(at, PIECES[rng.below(PIECES.len())].as_bytes()[0]),
-            }
-        }
-        for d in decode_chunked(&bytes, &[1 + rng.below(300)]) {
-            patchbay_testkit::assert_schema_valid(&d.into_signal().to_value());
-        }
-    }
+    assert_mutated_text_gives_schema_valid_signals(decoder, &text, PIECES, &mut rng, 100);
 }
 
 #[test]
@@ -115,25 +87,6 @@ fn splitting_does_not_change_the_signals() {
         "openclaw/openclaw-hello-min3-max4.jsonl",
         "openclaw/openclaw-wrong-token.jsonl",
     ] {
-        let text = fixture_text(fixture);
-        let whole: Vec<_> = decode_chunked(text.as_bytes(), &[usize::MAX])
-            .iter()
-            .map(comparable)
-            .collect();
-        for _ in 0..30 {
-            let sizes: Vec<usize> = (0..5).map(|_| 1 + rng.below(100)).collect();
-            let split: Vec<_> = decode_chunked(text.as_bytes(), &sizes)
-                .iter()
-                .map(comparable)
-                .collect();
-            assert_eq!(whole, split, "{fixture} split as {sizes:?}");
-        }
-        // And with no trailing newline.
-        let trimmed = text.trim_end();
-        let cut: Vec<_> = decode_chunked(trimmed.as_bytes(), &[3])
-            .iter()
-            .map(comparable)
-            .collect();
-        assert_eq!(whole, cut, "{fixture} without its last newline");
+        assert_chunking_keeps_comparable(decoder, &fixture_text(fixture), fixture, &mut rng);
     }
 }

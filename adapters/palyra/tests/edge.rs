@@ -11,7 +11,10 @@ use serde_json::{Value, json};
 const SOURCE: &str = "palyra:local";
 
 fn decode(lines: &[Value]) -> Vec<Signal> {
-    let signals = signals(run_all(&mut PalyraDecoder::new(SOURCE), &ndjson(lines)));
+    let signals = into_signals(decode_whole(
+        &mut PalyraDecoder::new(SOURCE),
+        &ndjson(lines),
+    ));
     assert_all_valid(&signals);
     signals
 }
@@ -495,10 +498,10 @@ fn bad_lines_are_reported_and_the_stream_goes_on() {
         json!({"type": "event", "payload": 3}),
         json!({"type": "complete", "run_id": RUN, "status": "done"}),
     );
-    let out = run_all(&mut PalyraDecoder::new(SOURCE), &text);
+    let out = decode_whole(&mut PalyraDecoder::new(SOURCE), &text);
     let bad: Vec<bool> = out.iter().map(|d| d.is_bad()).collect();
     assert_eq!(bad, [false, true, true, true, true, false]);
-    let signals = signals(out);
+    let signals = into_signals(out);
     assert_all_valid(&signals);
     for s in &signals[1..5] {
         assert_eq!(s.kind, "error");
@@ -589,6 +592,6 @@ fn handshake_and_subscribe_frames() {
 fn last_run_id_follows_events() {
     let mut d = PalyraDecoder::new(SOURCE);
     assert_eq!(d.last_run_id(), None);
-    run_all(&mut d, &ndjson(&[status("accepted", "x")]));
+    decode_whole(&mut d, &ndjson(&[status("accepted", "x")]));
     assert_eq!(d.last_run_id(), Some(RUN));
 }

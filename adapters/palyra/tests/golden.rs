@@ -56,9 +56,9 @@ fn assert_run_signals(run: &[Signal]) {
 
 #[test]
 fn console_stream_from_the_golden_tape() {
-    let out = run_all(&mut PalyraDecoder::new(SOURCE), &console_stream());
+    let out = decode_whole(&mut PalyraDecoder::new(SOURCE), &console_stream());
     assert!(out.iter().all(|d| !d.is_bad()));
-    let signals = signals(out);
+    let signals = into_signals(out);
     assert_all_valid(&signals);
     assert_eq!(signals.len(), 8, "{:#?}", kinds(&signals));
     assert_eq!(signals[0].kind, "palyra.meta");
@@ -80,9 +80,9 @@ fn console_stream_from_the_golden_tape() {
 #[test]
 fn realtime_frames_from_the_golden_tape() {
     let frames = realtime_frames();
-    let out = run_all(&mut PalyraDecoder::new(SOURCE), &ndjson(&frames));
+    let out = decode_whole(&mut PalyraDecoder::new(SOURCE), &ndjson(&frames));
     assert!(out.iter().all(|d| !d.is_bad()));
-    let signals = signals(out);
+    let signals = into_signals(out);
     assert_all_valid(&signals);
     assert_eq!(signals[0].kind, "palyra.handshake.accepted");
     assert_eq!(signals[0].meta("internal"), Some(&Value::Bool(true)));
@@ -105,7 +105,7 @@ fn realtime_frames_from_the_golden_tape() {
 fn parse_decoder_reads_both_shapes_in_one_file() {
     let mut text = console_stream();
     text.push_str(&ndjson(&realtime_frames()));
-    let signals = signals(run_all(parse_decoder(SOURCE).as_mut(), &text));
+    let signals = into_signals(decode_whole(parse_decoder(SOURCE).as_mut(), &text));
     assert_all_valid(&signals);
     // The realtime events repeat an already completed run: its `done` is not a second
     // completion.
@@ -124,7 +124,7 @@ fn parse_decoder_reads_both_shapes_in_one_file() {
 fn reconnect_replay_is_deduplicated() {
     let frames = realtime_frames();
     let mut decoder = PalyraDecoder::new(SOURCE);
-    let first = signals(run_all(&mut decoder, &ndjson(&frames[..5])));
+    let first = into_signals(decode_whole(&mut decoder, &ndjson(&frames[..5])));
     assert_eq!(first.len(), 2 + 3);
     assert_eq!(decoder.resume().cursor(), Some(3));
 
@@ -138,7 +138,7 @@ fn reconnect_replay_is_deduplicated() {
     // ...and the daemon's replay overlaps what was decoded (sequence 2 and 3 again).
     let mut replay = vec![handshake_accepted(3)];
     replay.extend(frames[3..].iter().cloned());
-    let second = signals(run_all(&mut decoder, &ndjson(&replay)));
+    let second = into_signals(decode_whole(&mut decoder, &ndjson(&replay)));
     assert_eq!(decoder.resume().dropped(), 2);
     assert_eq!(
         kinds(&second),
@@ -165,11 +165,14 @@ fn split_anywhere_gives_the_same_signals() {
         t.push_str(&ndjson(&realtime_frames()));
         t
     };
-    let reference = comparable(&signals(run_all(&mut PalyraDecoder::new(SOURCE), &text)));
+    let reference = comparable(&into_signals(decode_whole(
+        &mut PalyraDecoder::new(SOURCE),
+        &text,
+    )));
     for sizes in [&[1usize][..], &[2, 3], &[7, 1, 13], &[64], &[1000]] {
-        let out = run_chunked(&mut PalyraDecoder::new(SOURCE), text.as_bytes(), sizes);
+        let out = decode_chunked(&mut PalyraDecoder::new(SOURCE), text.as_bytes(), sizes);
         assert_eq!(
-            comparable(&signals(out)),
+            comparable(&into_signals(out)),
             reference,
             "chunk sizes {sizes:?}"
         );
@@ -182,7 +185,7 @@ fn split_anywhere_gives_the_same_signals() {
         decoder.feed(&bytes[..cut], &mut out);
         decoder.feed(&bytes[cut..], &mut out);
         decoder.finish(&mut out);
-        assert_eq!(comparable(&signals(out)), reference, "cut at {cut}");
+        assert_eq!(comparable(&into_signals(out)), reference, "cut at {cut}");
     }
 }
 
@@ -190,6 +193,6 @@ fn split_anywhere_gives_the_same_signals() {
 fn last_line_without_newline_is_decoded() {
     let text = console_stream();
     let trimmed = text.trim_end_matches('\n');
-    let signals = signals(run_all(&mut PalyraDecoder::new(SOURCE), trimmed));
+    let signals = into_signals(decode_whole(&mut PalyraDecoder::new(SOURCE), trimmed));
     assert_eq!(signals.last().unwrap().kind, "palyra.complete");
 }

@@ -19,12 +19,12 @@ fn arbitrary_bytes_never_panic() {
             .map(|_| match rng.below(4) {
                 // Lean towards JSON punctuation and newlines so lines get parsed.
                 0 => b"{}[]\":,\n"[rng.below(8)],
-                _ => rng.next() as u8,
+                _ => rng.next_u64() as u8,
             })
             .collect();
         let sizes = [rng.below(40) + 1, rng.below(5) + 1];
-        let out = run_chunked(&mut PalyraDecoder::new(SOURCE), &bytes, &sizes);
-        assert_all_valid(&signals(out));
+        let out = decode_chunked(&mut PalyraDecoder::new(SOURCE), &bytes, &sizes);
+        assert_all_valid(&into_signals(out));
     }
 }
 
@@ -36,22 +36,13 @@ fn mutated_streams_never_panic_and_stay_valid() {
     let base = base.into_bytes();
     for _ in 0..300 {
         let mut bytes = base.clone();
-        for _ in 0..rng.below(8) + 1 {
-            let at = rng.below(bytes.len());
-            match rng.below(3) {
-                0 => bytes[at] = rng.next() as u8,
-                1 => {
-                    bytes.remove(at);
-                }
-                _ => bytes.insert(at, b"\"{}[],:0n\n"[rng.below(10)]),
-            }
-        }
-        let out = run_chunked(
+        mutate(&mut rng, &mut bytes, b"\"{}[],:0n\n");
+        let out = decode_chunked(
             &mut PalyraDecoder::new(SOURCE),
             &bytes,
             &[rng.below(64) + 1],
         );
-        assert_all_valid(&signals(out));
+        assert_all_valid(&into_signals(out));
     }
 }
 
@@ -104,7 +95,7 @@ fn random_value(rng: &mut Rng, depth: usize) -> Value {
     match rng.below(if depth > 3 { 5 } else { 8 }) {
         0 => Value::Null,
         1 => Value::Bool(rng.below(2) == 0),
-        2 => json!(rng.next() as i64 >> rng.below(64)),
+        2 => json!(rng.next_u64() as i64 >> rng.below(64)),
         3 => Value::String(WORDS[rng.below(WORDS.len())].to_owned()),
         4 => Value::String(RUN.to_owned()),
         5 => Value::Array(
@@ -132,8 +123,8 @@ fn random_protocol_shaped_json_never_panics_and_stays_valid() {
     for _ in 0..2000 {
         let line = random_value(&mut rng, 0);
         let mut decoder = PalyraDecoder::new(SOURCE);
-        let out = run_all(&mut decoder, &format!("{line}\n"));
-        let signals = signals(out);
+        let out = decode_whole(&mut decoder, &format!("{line}\n"));
+        let signals = into_signals(out);
         assert_all_valid(&signals);
         for s in &signals {
             commander.observe(s);
@@ -154,11 +145,14 @@ fn random_chunking_is_irrelevant() {
     let mut text = console_stream();
     text.push_str(&ndjson(&realtime_frames()));
     text.push_str("garbage line\n");
-    let reference = comparable(&signals(run_all(&mut PalyraDecoder::new(SOURCE), &text)));
+    let reference = comparable(&into_signals(decode_whole(
+        &mut PalyraDecoder::new(SOURCE),
+        &text,
+    )));
     let mut rng = Rng(99);
     for _ in 0..50 {
         let sizes: Vec<usize> = (0..5).map(|_| rng.below(30) + 1).collect();
-        let out = run_chunked(&mut PalyraDecoder::new(SOURCE), text.as_bytes(), &sizes);
-        assert_eq!(comparable(&signals(out)), reference);
+        let out = decode_chunked(&mut PalyraDecoder::new(SOURCE), text.as_bytes(), &sizes);
+        assert_eq!(comparable(&into_signals(out)), reference);
     }
 }

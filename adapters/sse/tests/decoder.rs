@@ -1,34 +1,23 @@
 //! The generic SSE decoder over real captures and edge cases.
 
+use patchbay_signal::Signal;
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
-use patchbay_signal::{Signal, well_known};
 use patchbay_sse::{SseDecoder, parse_decoder};
+use patchbay_testkit::decoding::{decode_split, decode_whole, into_signals};
+use patchbay_testkit::prng::Rng;
+use patchbay_testkit::random_input::random_pieces;
+use patchbay_testkit::validity::assert_all_decoded_valid;
 use patchbay_testkit::{assert_schema_valid, fixture_text};
 use serde_json::{Value, json};
 
-fn decode_split(input: &[u8], sizes: &mut dyn FnMut() -> usize) -> Vec<Decoded> {
-    let mut d = parse_decoder("parse:sse");
-    let mut out = Vec::new();
-    let mut rest = input;
-    while !rest.is_empty() {
-        let n = sizes().clamp(1, rest.len());
-        d.feed(&rest[..n], &mut out);
-        rest = &rest[n..];
-    }
-    d.finish(&mut out);
-    out
-}
-
+/// Decodes `input` in one piece with `parse:sse`.
 fn decode(input: &str) -> Vec<Decoded> {
-    decode_split(input.as_bytes(), &mut || usize::MAX)
+    decode_whole(parse_decoder("parse:sse").as_mut(), input)
 }
 
 fn signals(input: &str) -> Vec<Signal> {
-    decode(input)
-        .into_iter()
-        .map(Decoded::into_signal)
-        .collect()
+    into_signals(decode(input))
 }
 
 /// The parts of a signal that do not depend on the clock or the id generator.
@@ -42,28 +31,6 @@ fn stable(decoded: &Decoded) -> Value {
         o.remove("timestamp");
     }
     json!({"bad": decoded.is_bad(), "signal": v})
-}
-
-fn check_valid(out: &[Decoded]) {
-    for d in out {
-        let (Decoded::Signal(s) | Decoded::BadInput(s)) = d;
-        assert_eq!(well_known::check_signal(s), Ok(()), "{s:?}");
-        assert_schema_valid(&s.to_value());
-    }
-}
-
-/// A tiny deterministic pseudo-random generator (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 #[test]
@@ -86,7 +53,7 @@ fn sajou_scenarios_served_as_sse_round_trip() {
             expected.push((n, signal));
         }
         let out = decode(&sse);
-        check_valid(&out);
+        assert_all_decoded_valid(&out);
         assert_eq!(out.len(), expected.len(), "{name}");
         for (decoded, (n, original)) in out.iter().zip(&expected) {
             assert!(!decoded.is_bad());
@@ -116,7 +83,7 @@ fn openai_capture_decodes_generically_and_done_emits_nothing() {
     let mut out = Vec::new();
     d.feed(text.as_bytes(), &mut out);
     d.finish(&mut out);
-    check_valid(&out);
+    assert_all_decoded_valid(&out);
     assert!(d.is_done());
     // Four chunks, no `type`: generic events with the chunk as payload; `[DONE]` nothing.
     let kinds: Vec<_> = out.iter().map(|d| d.clone().into_signal().kind).collect();
@@ -151,7 +118,7 @@ fn bad_data_is_reported_with_sse_fields() {
     let out = decode(
         "id: 4\nevent: oops\ndata: {not json\n\ndata: {\"type\":\"x\",\"timestamp\":77}\n\ndata: nope\n\n",
     );
-    check_valid(&out);
+    assert_all_decoded_valid(&out);
     assert!(out[0].is_bad());
     let bad = out[0].clone().into_signal();
     assert_eq!(bad.payload["code"], "bad_frame");
@@ -222,11 +189,14 @@ fn insensitive_to_how_input_is_split() {
         assert!(!whole.is_empty());
         for round in 0..40 {
             let max = if round < 10 { 3 } else { 64 };
-            let split: Vec<Value> =
-                decode_split(input.as_bytes(), &mut || rng.below(max) as usize + 1)
-                    .iter()
-                    .map(stable)
-                    .collect();
+            let split: Vec<Value> = decode_split(
+                parse_decoder("parse:sse").as_mut(),
+                input.as_bytes(),
+                &mut || rng.below(max) + 1,
+            )
+            .iter()
+            .map(stable)
+            .collect();
             assert_eq!(split, whole);
         }
     }
@@ -255,16 +225,10 @@ fn arbitrary_bytes_never_panic() {
         b"123",
     ];
     for _ in 0..300 {
-        let len = rng.below(400) as usize;
-        let mut input = Vec::with_capacity(len);
-        for _ in 0..len {
-            if rng.below(3) == 0 {
-                input.push(rng.next() as u8);
-            } else {
-                input.extend_from_slice(alphabet[rng.below(alphabet.len() as u64) as usize]);
-            }
-        }
-        let out = decode_split(&input, &mut || rng.below(16) as usize + 1);
-        check_valid(&out);
+        let input = random_pieces(&mut rng, 400, alphabet, 3);
+        let out = decode_split(parse_decoder("parse:sse").as_mut(), &input, &mut || {
+            rng.below(16) + 1
+        });
+        assert_all_decoded_valid(&out);
     }
 }

@@ -3,6 +3,18 @@
 //! Signals are validated against sajou's real `signal.schema.json` (copied under
 //! `tests/fixtures/sajou/`) with a JSON Schema validator, independently of patchbay's own
 //! typed check, so the two keep each other honest.
+//!
+//! The modules hold what the adapters' tests and benches would otherwise each write again:
+//! [`decoding`] drives a decoder over split input, [`validity`] checks its signals,
+//! [`prng`] and [`random_input`] make seeded random input, [`properties`] runs the shared
+//! property checks, and [`throughput`] builds the LLM decoders' bench input.
+
+pub mod decoding;
+pub mod prng;
+pub mod properties;
+pub mod random_input;
+pub mod throughput;
+pub mod validity;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -8,13 +8,16 @@
 //! `event` frame envelope `{schema_version, sequence, event_id, topic,
 //! occurred_at_unix_ms, payload}`. These builders do exactly that.
 
-#![allow(dead_code)]
+// Each test binary uses a part of this module.
+#![allow(dead_code, unused_imports)]
 
 use patchbay_signal::Signal;
-use patchbay_signal::decode::StreamDecoder;
-use patchbay_signal::normalize::Decoded;
 use patchbay_testkit::fixture_text;
 use serde_json::{Value, json};
+
+pub use patchbay_testkit::decoding::{decode_chunked, decode_whole, into_signals, kinds};
+pub use patchbay_testkit::prng::Rng;
+pub use patchbay_testkit::random_input::mutate;
 
 /// Run id used for the tape (a canonical ULID, as Palyra requires).
 pub const RUN: &str = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
@@ -121,36 +124,6 @@ pub fn ndjson(values: &[Value]) -> String {
     values.iter().map(|v| format!("{v}\n")).collect()
 }
 
-/// Feeds `bytes` in chunks of the given sizes (cycled), then finishes.
-pub fn run_chunked(decoder: &mut dyn StreamDecoder, bytes: &[u8], sizes: &[usize]) -> Vec<Decoded> {
-    let mut out = Vec::new();
-    let mut rest = bytes;
-    let mut i = 0;
-    while !rest.is_empty() {
-        let n = sizes[i % sizes.len()].max(1).min(rest.len());
-        decoder.feed(&rest[..n], &mut out);
-        rest = &rest[n..];
-        i += 1;
-    }
-    decoder.finish(&mut out);
-    out
-}
-
-/// Decodes `text` in one go.
-pub fn run_all(decoder: &mut dyn StreamDecoder, text: &str) -> Vec<Decoded> {
-    run_chunked(decoder, text.as_bytes(), &[usize::MAX])
-}
-
-/// The signals, whether good or bad input.
-pub fn signals(out: Vec<Decoded>) -> Vec<Signal> {
-    out.into_iter().map(Decoded::into_signal).collect()
-}
-
-/// The signal types in order.
-pub fn kinds(signals: &[Signal]) -> Vec<&str> {
-    signals.iter().map(|s| s.kind.as_str()).collect()
-}
-
 /// What must not depend on chunking or on the clock: everything but id and timestamp.
 pub fn comparable(signals: &[Signal]) -> Vec<Value> {
     signals
@@ -168,25 +141,5 @@ pub fn assert_all_valid(signals: &[Signal]) {
             "decoder emitted an invalid well-known signal: {}",
             s.to_json()
         );
-    }
-}
-
-/// A tiny deterministic pseudo-random generator (xorshift64*).
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
     }
 }
