@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use patchbay_discovery::{DiscoveryConfig, discover, render_table};
+use crate::discovery::{DiscoveryConfig, discover, render_table};
 
 /// Probes the local services and MIDI ports; prints a table, or JSON.
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {

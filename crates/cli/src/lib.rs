@@ -3,10 +3,11 @@
 //! `run` starts the daemon on config files (or the built-in default pipeline), `validate`
 //! checks configs, `parse` decodes a capture into NDJSON signals, `graph` draws the wiring,
 //! `test` runs the `[[tests]]` written in configs and `tap` prints what a running sidecar
-//! sends.
+//! sends. [`discovery`] finds the local services, for `discover` and the daemon.
 
 mod commands;
 mod discover;
+pub mod discovery;
 mod midi;
 mod parse;
 mod pipeline;

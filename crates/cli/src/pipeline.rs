@@ -45,15 +45,15 @@ pub fn registry() -> Registry {
     patchbay_proxy::register(&mut registry);
     patchbay_websocket::register(&mut registry);
     patchbay_sse::register(&mut registry);
-    patchbay_discovery::register(&mut registry, Some(midi_lister()));
+    crate::discovery::register(&mut registry, Some(midi_lister()));
     registry
 }
 
 /// Lists MIDI ports for discovery.
-pub fn midi_lister() -> patchbay_discovery::MidiLister {
+pub fn midi_lister() -> crate::discovery::MidiLister {
     std::sync::Arc::new(|| {
         patchbay_midi::list_ports()
-            .map(|ports| patchbay_discovery::MidiListing {
+            .map(|ports| crate::discovery::MidiListing {
                 system: ports.backend.to_owned(),
                 inputs: ports.inputs,
                 outputs: ports.outputs,

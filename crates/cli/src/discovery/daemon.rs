@@ -23,7 +23,7 @@ use patchbay_graph::{
 };
 use patchbay_signal::{Object, Signal};
 
-use crate::{
+use super::{
     DiscoveryConfig, DiscoverySettings, MidiLister, Service, ServiceKind, probe_midi, probe_ollama,
     probe_openai_models, probe_openclaw,
 };

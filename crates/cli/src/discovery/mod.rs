@@ -11,12 +11,13 @@
 //! - the **MIDI ports**, through a [`MidiLister`] the caller provides (so this crate does not
 //!   depend on a MIDI backend).
 //!
-//! Model lists are normalized by `patchbay_openai::model_ids` (OpenAI, Ollama with
-//! `"data": null`, LM Studio without `created`, Ollama's `/api/tags`). The result prints
-//! as a table ([`render_table`]) or as JSON (`serde_json::to_string(&services)`).
+//! The HTTP probes use the client every transport shares (`patchbay_http`), without
+//! proxies: these addresses are loopback. Model lists are normalized by
+//! `patchbay_openai::model_ids` (OpenAI, Ollama with `"data": null`, LM Studio without
+//! `created`, Ollama's `/api/tags`). The result prints as a table ([`render_table`]) or as
+//! JSON (`serde_json::to_string(&services)`).
 
 mod daemon;
-pub mod http;
 
 pub use daemon::{DiscoveredSource, register};
 
@@ -256,8 +257,8 @@ pub async fn probe_openai_models(kind: ServiceKind, addr: &str, timeout: Duratio
 
 async fn probe_models(kind: ServiceKind, addr: &str, path: &str, timeout: Duration) -> Service {
     let address = format!("http://{addr}");
-    match http::get(addr, path, timeout).await {
-        Ok(response) if response.is_success() => match patchbay_openai::model_ids(&response.body) {
+    match get(&address, path, timeout).await {
+        Ok((status, body)) if status.is_success() => match patchbay_openai::model_ids(&body) {
             Ok(models) => Service {
                 models,
                 ..Service::new(kind, address, ServiceState::Available)
@@ -265,17 +266,110 @@ async fn probe_models(kind: ServiceKind, addr: &str, path: &str, timeout: Durati
             Err(err) => Service::new(kind, address, ServiceState::Error)
                 .with_detail(format!("GET {path}: {err}")),
         },
-        Ok(response) => Service::new(kind, address, ServiceState::Error)
-            .with_detail(format!("GET {path}: HTTP {}", response.status)),
-        Err(err @ (http::HttpError::Refused | http::HttpError::Timeout(_))) => {
-            Service::new(kind, address, ServiceState::Unavailable).with_detail(err.to_string())
+        Ok((status, _)) => Service::new(kind, address, ServiceState::Error)
+            .with_detail(format!("GET {path}: HTTP {}", status.as_u16())),
+        Err(ProbeError::Unreachable(reason)) => {
+            Service::new(kind, address, ServiceState::Unavailable).with_detail(reason)
         }
-        Err(err @ http::HttpError::Io(_)) => {
-            Service::new(kind, address, ServiceState::Unavailable).with_detail(err.to_string())
-        }
-        Err(err) => Service::new(kind, address, ServiceState::Error)
-            .with_detail(format!("GET {path}: {err}")),
+        Err(ProbeError::BadAnswer(reason)) => Service::new(kind, address, ServiceState::Error)
+            .with_detail(format!("GET {path}: {reason}")),
     }
+}
+
+/// The largest model list accepted (they are a few kB).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// Why an HTTP probe got no usable answer.
+#[derive(Debug)]
+enum ProbeError {
+    /// Nothing answers there (refused, timed out, reset): the service is not running.
+    Unreachable(String),
+    /// Something answered, but not HTTP, or too much.
+    BadAnswer(String),
+}
+
+/// `GET {base}{path}`, all of it (connect, send, read the body) within `timeout`.
+async fn get(
+    base: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<(reqwest::StatusCode, Vec<u8>), ProbeError> {
+    let client = probe_client().map_err(|e| ProbeError::BadAnswer(e.clone()))?;
+    let exchange = async {
+        let mut response = client
+            .get(format!("{base}{path}"))
+            .header("accept", "application/json")
+            .send()
+            .await?;
+        let status = response.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if body.len() + chunk.len() > MAX_BODY {
+                return Ok(Err(format!("the body is larger than {MAX_BODY} bytes")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Ok((status, body)))
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Err(_) => Err(ProbeError::Unreachable(format!(
+            "no answer within {} ms",
+            timeout.as_millis()
+        ))),
+        Ok(Ok(Ok(answer))) => Ok(answer),
+        Ok(Ok(Err(too_large))) => Err(ProbeError::BadAnswer(too_large)),
+        Ok(Err(err)) => Err(classify(&err)),
+    }
+}
+
+/// Sorts a reqwest error: a refused or failed connection means nobody is there; anything
+/// after the connection (a response that is not HTTP) means something else answered.
+fn classify(err: &reqwest::Error) -> ProbeError {
+    let io_kind = std::iter::successors(Some(err as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
+    .find_map(|e| e.downcast_ref::<std::io::Error>())
+    .map(std::io::Error::kind);
+    match io_kind {
+        Some(std::io::ErrorKind::ConnectionRefused) => {
+            ProbeError::Unreachable("connection refused".to_owned())
+        }
+        Some(kind) if err.is_connect() => ProbeError::Unreachable(kind.to_string()),
+        _ if err.is_connect() => ProbeError::Unreachable(error_chain(err)),
+        _ => ProbeError::BadAnswer(error_chain(err)),
+    }
+}
+
+/// An error and its causes, `a: b: c`.
+fn error_chain(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The probes' client, built once: no proxies (loopback addresses), no redirects, no
+/// connection pool.
+fn probe_client() -> Result<&'static reqwest::Client, &'static String> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            patchbay_http::client_builder()
+                .no_proxy()
+                // Every probe opens a connection of its own: a pooled one could outlive the
+                // service it was made to.
+                .pool_max_idle_per_host(0)
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent("patchbay-discovery")
+                .build()
+                .map_err(|e| format!("cannot build an HTTP client: {e}"))
+        })
+        .as_ref()
 }
 
 /// An OpenClaw gateway: a TCP connect, and whether the config file has a token.
@@ -630,13 +724,22 @@ mod tests {
 
     #[tokio::test]
     async fn watch_reports_appearance_and_vanishing() {
-        use tokio::io::AsyncWriteExt;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let server = tokio::spawn(async move {
             // Two answers, then the stand-in goes away.
             for _ in 0..2 {
                 let (mut stream, _) = listener.accept().await.unwrap();
+                // Read the request first: closing with it unread would reset the connection.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
                 let body = r#"{"object":"list","data":[{"id":"m"}]}"#;
                 let response = format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
@@ -659,7 +762,8 @@ mod tests {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let mut stop_tx = Some(stop_tx);
         let mut seen = Vec::new();
-        watch(
+        // A failure guard, not a timing assertion: the two changes come within a few ticks.
+        let watching = watch(
             &config,
             Duration::from_millis(10),
             async {
@@ -680,10 +784,101 @@ mod tests {
                     let _ = tx.send(());
                 }
             },
-        )
-        .await;
+        );
+        if tokio::time::timeout(Duration::from_secs(30), watching)
+            .await
+            .is_err()
+        {
+            panic!("no appearance and vanishing within 30 s");
+        }
         assert_eq!(seen, ["+ollama", "-ollama"]);
         server.await.unwrap();
+    }
+
+    /// A one-connection stand-in on a free port that answers with `response` (or stays
+    /// silent when it is `None`) after reading the request head.
+    async fn stand_in(response: Option<&'static [u8]>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            match response {
+                Some(response) => {
+                    let _ = stream.write_all(response).await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn probes_tell_nobody_there_from_a_wrong_answer() {
+        let timeout = Duration::from_millis(300);
+        let probe = |addr: String| async move {
+            probe_openai_models(ServiceKind::Lmstudio, &addr, timeout).await
+        };
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let refused = probe(closed).await;
+        assert_eq!(refused.state, ServiceState::Unavailable);
+        assert_eq!(refused.detail.as_deref(), Some("connection refused"));
+
+        let silent = probe(stand_in(None).await).await;
+        assert_eq!(silent.state, ServiceState::Unavailable);
+        assert_eq!(silent.detail.as_deref(), Some("no answer within 300 ms"));
+
+        let chunked = probe(
+            stand_in(Some(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                  7\r\n{\"data\"\r\nf\r\n:[{\"id\":\"m1\"}]}\r\n0\r\n\r\n",
+            ))
+            .await,
+        )
+        .await;
+        assert_eq!(chunked.state, ServiceState::Available, "{chunked:?}");
+        assert_eq!(chunked.models, ["m1"]);
+
+        let until_close =
+            probe(stand_in(Some(b"HTTP/1.1 200 OK\r\n\r\n{\"data\":[{\"id\":\"m2\"}]}")).await)
+                .await;
+        assert_eq!(until_close.models, ["m2"], "{until_close:?}");
+
+        let not_found =
+            probe(stand_in(Some(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")).await)
+                .await;
+        assert_eq!(not_found.state, ServiceState::Error);
+        assert_eq!(
+            not_found.detail.as_deref(),
+            Some("GET /v1/models: HTTP 404")
+        );
+
+        let not_a_list =
+            probe(stand_in(Some(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n<html>")).await)
+                .await;
+        assert_eq!(not_a_list.state, ServiceState::Error, "{not_a_list:?}");
+
+        let not_http = probe(stand_in(Some(b"SSH-2.0-OpenSSH_9.2\r\n")).await).await;
+        assert_eq!(not_http.state, ServiceState::Error, "{not_http:?}");
+        assert!(
+            not_http
+                .detail
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("GET /v1/models: "),
+            "{not_http:?}"
+        );
     }
 
     #[test]
