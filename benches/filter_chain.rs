@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use patchbay_graph::engine::Engine;
 use patchbay_graph::runtime::telemetry_for;
 use patchbay_graph::{SourceText, compile};
@@ -78,16 +78,24 @@ fn bench_chain(c: &mut Criterion, name: &str, config: &str) {
     let mut group = c.benchmark_group("filter_chain");
     group.throughput(Throughput::Elements(input.len() as u64));
     group.bench_function(name, |b| {
-        b.iter(|| {
-            let (_, stats) = telemetry_for(&graph);
-            let mut engine = Engine::new(&graph.nodes, stats);
-            let mut out = 0usize;
-            for s in &input {
-                engine.push(0, Arc::clone(s), s.timestamp, &mut |_, _| out += 1);
-            }
-            engine.end_all(0, &mut |_, _| out += 1);
-            out
-        })
+        // Each run gets signals of its own, as from a source: nothing else holds them.
+        let fresh =
+            || -> Vec<SharedSignal> { input.iter().map(|s| Arc::new((**s).clone())).collect() };
+        b.iter_batched(
+            fresh,
+            |signals| {
+                let (_, stats) = telemetry_for(&graph);
+                let mut engine = Engine::new(&graph.nodes, stats);
+                let mut out = 0usize;
+                for s in signals {
+                    let at = s.timestamp;
+                    engine.push(0, s, at, &mut |_, _| out += 1);
+                }
+                engine.end_all(0, &mut |_, _| out += 1);
+                out
+            },
+            BatchSize::LargeInput,
+        )
     });
     group.finish();
 }

@@ -531,11 +531,16 @@ impl Filter for Map {
             }
             return;
         }
-        let mut mapped = (*signal).clone();
-        settings.apply_steps(&mut mapped);
         match &settings.expr {
-            Some(expr) => settings.run_expr(expr, &mapped, signal, emit),
+            Some(expr) => {
+                let mut mapped = (*signal).clone();
+                settings.apply_steps(&mut mapped);
+                settings.run_expr(expr, &mapped, signal, emit);
+            }
             None => {
+                // Copies the envelope only when another consumer still holds it.
+                let mut mapped = Arc::unwrap_or_clone(signal);
+                settings.apply_steps(&mut mapped);
                 well_known::repair(&mut mapped);
                 emit.pass(Arc::new(mapped));
             }

@@ -206,15 +206,25 @@ impl Engine {
             }
         }
         let p = port_index(port);
-        let n = self.consumers[from][p].len();
-        for k in 0..n {
+        let Some((&last, rest)) = self.consumers[from][p].split_last() else {
+            return;
+        };
+        // The last consumer gets the signal itself: when nothing else holds it, a filter
+        // that makes a new signal (map) can take it over instead of copying it.
+        let rest = rest.len();
+        for k in 0..rest {
             let target = self.consumers[from][p][k];
-            let s = Arc::clone(&signal);
-            match self.slots[target] {
-                Slot::Filter(_) => self.run_filter(target, s, wall_now, sink),
-                Slot::Output => sink(target, s),
-                Slot::Producer => {}
-            }
+            self.hand_to(target, Arc::clone(&signal), wall_now, sink);
+        }
+        self.hand_to(last, signal, wall_now, sink);
+    }
+
+    /// Gives `signal` to the consumer `target`: a filter runs, an output queues it.
+    fn hand_to(&mut self, target: usize, signal: SharedSignal, wall_now: i64, sink: &mut Sink<'_>) {
+        match self.slots[target] {
+            Slot::Filter(_) => self.run_filter(target, signal, wall_now, sink),
+            Slot::Output => sink(target, signal),
+            Slot::Producer => {}
         }
     }
 
