@@ -73,6 +73,8 @@ async fn relay(port: u16) {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        // As patchbay's sidecar does: no Nagle delay on small frames.
+        let _ = stream.set_nodelay(true);
         next_id += 1;
         let id = next_id;
         let tx = tx.clone();
@@ -197,9 +199,13 @@ async fn subscribe(
 ) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
     let mut handles = Vec::new();
     for _ in 0..count {
-        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws"))
-            .await
-            .expect("subscriber connects");
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(
+            format!("ws://127.0.0.1:{port}/ws"),
+            None,
+            true,
+        )
+        .await
+        .expect("subscriber connects");
         handles.push(tokio::spawn(async move {
             let (_, mut stream) = ws.split();
             let mut latencies = Vec::with_capacity(expect);
@@ -240,6 +246,7 @@ async fn publish(port: u16, n: usize, rate: Option<u64>, via_post: bool) {
     let mut pace = rate.map(|r| tokio::time::interval(Duration::from_nanos(1_000_000_000 / r)));
     if via_post {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        stream.set_nodelay(true).unwrap();
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
         for i in 0..n {
             if let Some(p) = pace.as_mut() {
@@ -269,9 +276,11 @@ async fn publish(port: u16, n: usize, rate: Option<u64>, via_post: bool) {
         }
     } else {
         // `types` with no match: the publisher gets nothing back from patchbay.
-        let (ws, _) = tokio_tungstenite::connect_async(format!(
-            "ws://127.0.0.1:{port}/ws?types=loadgen.none"
-        ))
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(
+            format!("ws://127.0.0.1:{port}/ws?types=loadgen.none"),
+            None,
+            true,
+        )
         .await
         .unwrap();
         let (mut sink, _stream) = ws.split();

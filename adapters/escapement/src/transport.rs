@@ -163,7 +163,8 @@ impl Link {
         loop {
             let timeout = Duration::from_millis(self.config.connect_timeout_ms);
             let attempt = tokio::select! {
-                r = tokio::time::timeout(timeout, tokio_tungstenite::connect_async(self.config.url.as_str())) => r,
+                // `true`: TCP_NODELAY, so a small frame is not held back for an ACK.
+                r = tokio::time::timeout(timeout, tokio_tungstenite::connect_async_with_config(self.config.url.as_str(), None, true)) => r,
                 () = side.shutdown() => return Ok(()),
             };
             let reason = match attempt {

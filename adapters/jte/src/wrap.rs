@@ -432,7 +432,8 @@ async fn control_loop(url: String, name: String, tx: mpsc::Sender<Vec<u8>>) {
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10), None);
     let mut warned = false;
     loop {
-        match tokio_tungstenite::connect_async(url.as_str()).await {
+        // `true`: TCP_NODELAY, so a small frame is not held back for an ACK.
+        match tokio_tungstenite::connect_async_with_config(url.as_str(), None, true).await {
             Ok((mut ws, _)) => {
                 backoff.reset();
                 if warned {

@@ -250,7 +250,8 @@ impl Link {
         let deadline = tokio::time::Instant::now() + timeout;
         let url = self.config.url.clone();
         let opened = tokio::select! {
-            r = tokio::time::timeout_at(deadline, tokio_tungstenite::connect_async(url.as_str())) => r,
+            // `true`: TCP_NODELAY, so a small frame is not held back for an ACK.
+            r = tokio::time::timeout_at(deadline, tokio_tungstenite::connect_async_with_config(url.as_str(), None, true)) => r,
             () = side.shutdown() => return Ended::Stop,
         };
         let mut ws: Ws = match opened {

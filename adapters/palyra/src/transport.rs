@@ -616,7 +616,8 @@ async fn realtime_session(
     {
         request.headers_mut().insert(header::AUTHORIZATION, value);
     }
-    let mut ws = match tokio_tungstenite::connect_async(request).await {
+    // `true`: TCP_NODELAY, so a small frame is not held back for an ACK.
+    let mut ws = match tokio_tungstenite::connect_async_with_config(request, None, true).await {
         Ok((ws, _)) => ws,
         Err(tokio_tungstenite::tungstenite::Error::Http(response))
             if matches!(

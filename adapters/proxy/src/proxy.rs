@@ -11,6 +11,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt as _;
 use futures_util::StreamExt;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::{Payload, TaskDispatch};
@@ -92,6 +93,13 @@ pub fn router(state: Arc<ProxyState>) -> Router {
 
 /// Serves the proxy on `listener` until the future is dropped.
 pub async fn serve(listener: TcpListener, state: Arc<ProxyState>) -> std::io::Result<()> {
+    // Stream chunks go out as they come: with Nagle's algorithm a small chunk after another
+    // waits for the client's delayed ACK (up to 40 ms).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+    });
     axum::serve(
         listener,
         router(state).into_make_service_with_connect_info::<SocketAddr>(),

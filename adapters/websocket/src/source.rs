@@ -209,7 +209,13 @@ async fn connection(
         }
     }
     let timeout = Duration::from_millis(config.connect_timeout_ms);
-    let ws = match tokio::time::timeout(timeout, tokio_tungstenite::connect_async(request)).await {
+    // `true`: TCP_NODELAY, so a small frame is not held back for an ACK.
+    let ws = match tokio::time::timeout(
+        timeout,
+        tokio_tungstenite::connect_async_with_config(request, None, true),
+    )
+    .await
+    {
         Err(_) => return Ended::Lost(format!("no connection within {} ms", timeout.as_millis())),
         Ok(Err(WsError::Http(response)))
             if matches!(

@@ -33,6 +33,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use axum::serve::ListenerExt as _;
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, Options, Output, OutputContext, OutputKind, Registry,
     WhenFull,
@@ -116,6 +117,13 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
     });
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let app = http::router(state);
+    // Frames go out as they come: with Nagle's algorithm a small frame after another waits
+    // for the UI's delayed ACK (up to 40 ms).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+    });
     let mut server = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {

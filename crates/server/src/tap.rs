@@ -55,7 +55,8 @@ pub async fn tap_to<W: Write + Send>(
         url: shown.clone(),
         source: Box::new(e),
     };
-    let (mut ws, _) = tokio_tungstenite::connect_async(full.as_str())
+    // `true`: TCP_NODELAY, so a small frame is not held back for an ACK.
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(full.as_str(), None, true)
         .await
         .map_err(connect_error)?;
     while let Some(message) = ws.next().await {
