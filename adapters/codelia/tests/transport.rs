@@ -4,18 +4,16 @@
 //! `codelia` output inside a graph.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, Options, Output, OutputContext, OutputKind, Registry,
-    Source, SourceContext, SourceText, WhenFull, compile, runtime,
+    ChannelOutput, ChannelSource, Registry, RunningGraph, SourceText, compile, runtime,
 };
 use patchbay_signal::normalize::Decoded;
-use patchbay_signal::{Object, Signal};
+use patchbay_signal::{Object, SharedSignal, Signal};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -234,84 +232,26 @@ async fn wrap_without_a_command_is_an_error() {
 
 // --- the `codelia` output in a graph ---------------------------------------------
 
-/// Test plumbing: a source fed from the test and an output that hands signals back.
-static INPUT: Mutex<Option<mpsc::UnboundedReceiver<Signal>>> = Mutex::new(None);
-static CAPTURE: Mutex<Option<mpsc::UnboundedSender<Value>>> = Mutex::new(None);
-
-struct Feed(mpsc::UnboundedReceiver<Signal>);
-impl Source for Feed {
-    fn run(mut self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            loop {
-                let s = tokio::select! {
-                    s = self.0.recv() => s,
-                    () = cx.shutdown().wait() => None,
-                };
-                let Some(s) = s else { return Ok(()) };
-                if cx.emit(s).await.is_err() {
-                    return Ok(());
-                }
-            }
-        })
-    }
-}
-
-struct Capture(mpsc::UnboundedSender<Value>);
-impl Output for Capture {
-    fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            while let Some(s) = cx.next().await {
-                let _ = self.0.send(s.to_value());
-            }
-            Ok(())
-        })
-    }
-}
-
-fn build_feed(_: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
-    let rx = INPUT
-        .lock()
-        .expect("lock")
-        .take()
-        .expect("one feed per graph");
-    Ok(Box::new(Feed(rx)))
-}
-
-fn build_capture(_: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
-    let tx = CAPTURE.lock().expect("lock").clone().expect("capture set");
-    Ok(Box::new(Capture(tx)))
-}
-
 fn registry() -> Registry {
     let mut r = Registry::new();
     patchbay_codelia::register(&mut r);
-    r.source("feed", build_feed).output(
-        "capture",
-        OutputKind {
-            build: build_capture,
-            inbound: false,
-            when_full: WhenFull::Block,
-        },
-    );
     r
 }
 
 /// A graph `feed → codelia(stand-in) → capture`, and the ends the test drives.
 struct Session {
-    feed: mpsc::UnboundedSender<Signal>,
-    seen: mpsc::UnboundedReceiver<Value>,
-    stop: oneshot::Sender<()>,
-    run: tokio::task::JoinHandle<runtime::RunReport>,
+    feed: mpsc::Sender<Signal>,
+    seen: mpsc::Receiver<SharedSignal>,
+    graph: RunningGraph,
     log_in: PathBuf,
 }
 
 fn start_session(name: &str) -> Session {
     let dir = temp_dir(&format!("graph-{name}"));
     let log_in = dir.join("in.bin");
-    let (feed, rx) = mpsc::unbounded_channel();
-    let (tx, seen) = mpsc::unbounded_channel();
-    *INPUT.lock().expect("lock") = Some(rx);
-    *CAPTURE.lock().expect("lock") = Some(tx);
+    let mut registry = registry();
+    let feed = ChannelSource::register(&mut registry, "feed", 64);
+    let seen = ChannelOutput::register(&mut registry, "capture", 1024);
     let config = format!(
         r#"
 [sources.ui]
@@ -332,16 +272,11 @@ inputs = ["rt.inbound"]
         log_in = log_in.display(),
     );
     let graph =
-        compile(&[SourceText::new("codelia.toml", config)], &registry()).expect("graph compiles");
-    let (stop, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(runtime::run(graph, async move {
-        let _ = stop_rx.await;
-    }));
+        compile(&[SourceText::new("codelia.toml", config)], &registry).expect("graph compiles");
     Session {
         feed,
         seen,
-        stop,
-        run,
+        graph: RunningGraph::spawn(graph),
         log_in,
     }
 }
@@ -350,8 +285,8 @@ impl Session {
     fn send(&self, kind: &str, payload: Value) {
         let payload: Object = payload.as_object().cloned().unwrap_or_default();
         self.feed
-            .send(Signal::new(kind, "test", payload))
-            .expect("feed open");
+            .try_send(Signal::new(kind, "test", payload))
+            .expect("the feed is open and has room");
     }
 
     /// Waits for the first signal matching `pred`.
@@ -360,7 +295,8 @@ impl Session {
             let s = tokio::time::timeout(Duration::from_secs(20), self.seen.recv())
                 .await
                 .unwrap_or_else(|_| panic!("waiting for {what}"))
-                .expect("graph alive");
+                .expect("graph alive")
+                .to_value();
             assert_eq!(s["source"], "codelia:rt");
             if pred(&s) {
                 return s;
@@ -369,8 +305,7 @@ impl Session {
     }
 
     async fn finish(self) -> (Vec<Value>, runtime::RunReport) {
-        let _ = self.stop.send(());
-        let report = tokio::time::timeout(Duration::from_secs(20), self.run)
+        let report = tokio::time::timeout(Duration::from_secs(20), self.graph.stop())
             .await
             .expect("graph stops")
             .expect("graph task");
@@ -431,12 +366,7 @@ async fn the_codelia_output_prompts_answers_and_cancels() {
         got[3],
         json!({"jsonrpc": "2.0", "id": "ui_1", "result": {"ok": true}})
     );
-    let rt = report
-        .telemetry
-        .snapshot()
-        .into_iter()
-        .find(|c| c.name == "rt")
-        .expect("stats");
+    let rt = report.telemetry.component("rt").expect("stats");
     assert_eq!(rt.sent, 3);
     assert_eq!(rt.bad_input, 1, "control.pause refused");
 

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use patchbay_graph::{HealthState, Registry, SourceText, compile, runtime};
+use patchbay_graph::{HealthState, Registry, RunningGraph, SourceText, compile};
 use patchbay_signal::normalize::Decoded;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
 fn registry() -> Registry {
@@ -169,10 +169,7 @@ path = "{out}"
     );
     let graph =
         compile(&[SourceText::new("e2e.toml", config)], &registry()).expect("graph compiles");
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(runtime::run(graph, async move {
-        let _ = stop_rx.await;
-    }));
+    let graph = RunningGraph::spawn(graph);
 
     // The agent receives exactly the frames, in order.
     let mut frames = Vec::new();
@@ -193,8 +190,7 @@ path = "{out}"
         tokio::time::sleep(Duration::from_millis(50)).await;
         got = read_signals(&out_path);
     }
-    let _ = stop_tx.send(());
-    let report = tokio::time::timeout(Duration::from_secs(20), run)
+    let report = tokio::time::timeout(Duration::from_secs(20), graph.stop())
         .await
         .expect("graph stops")
         .expect("graph task");
@@ -216,11 +212,7 @@ path = "{out}"
         assert_eq!(s["source"], "escapement:agent");
     }
 
-    let snapshot = report.telemetry.snapshot();
-    let agent_stats = snapshot
-        .iter()
-        .find(|c| c.name == "agent")
-        .expect("agent stats");
+    let agent_stats = report.telemetry.component("agent").expect("agent stats");
     assert_eq!(agent_stats.sent, 8);
     assert_eq!(
         agent_stats.bad_input, 1,
@@ -257,18 +249,13 @@ max_attempts = 3
     );
     let graph =
         compile(&[SourceText::new("e2e.toml", config)], &registry()).expect("graph compiles");
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(runtime::run(graph, async move {
-        let _ = stop_rx.await;
-    }));
+    let graph = RunningGraph::spawn(graph);
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let _ = stop_tx.send(());
-    let report = tokio::time::timeout(Duration::from_secs(20), run)
+    let report = tokio::time::timeout(Duration::from_secs(20), graph.stop())
         .await
         .expect("graph stops")
         .expect("graph task");
-    let snapshot = report.telemetry.snapshot();
-    let stats = snapshot.iter().find(|c| c.name == "agent").expect("stats");
+    let stats = report.telemetry.component("agent").expect("stats");
     assert_eq!(stats.state, HealthState::Failed);
     assert!(
         stats

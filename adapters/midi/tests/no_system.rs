@@ -97,13 +97,7 @@ rescan_ms = 20
         let _ = stop_rx.await;
     }));
 
-    let find = |name: &str| -> Option<ComponentSnapshot> {
-        TELEMETRY
-            .get()?
-            .snapshot()
-            .into_iter()
-            .find(|c| c.name == name)
-    };
+    let find = |name: &str| -> Option<ComponentSnapshot> { TELEMETRY.get()?.component(name) };
     let started = Instant::now();
     let (pads, leds) = loop {
         let pads = find("pads").filter(|s| s.state == HealthState::Recovering);
@@ -133,11 +127,6 @@ rescan_ms = 20
 
     stop_tx.send(()).unwrap();
     let report = runtime.block_on(run).unwrap();
-    let pads = report
-        .telemetry
-        .snapshot()
-        .into_iter()
-        .find(|c| c.name == "pads")
-        .unwrap();
+    let pads = report.telemetry.component("pads").unwrap();
     assert_eq!(pads.state, HealthState::Stopped);
 }

@@ -3,19 +3,17 @@
 //! gateway (`tests/fixtures/openclaw/`): the handshake, a `chat.send` run's events, an
 //! abort, a wrong token, a dropped connection.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, Options, Output, OutputContext, OutputKind,
-    Registry, Source, SourceContext, SourceText, WhenFull, compile, runtime,
+    ChannelOutput, ChannelSource, HealthState, Registry, RunningGraph, SourceText, compile, runtime,
 };
-use patchbay_signal::{Object, Signal};
+use patchbay_signal::{Object, SharedSignal, Signal};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -133,74 +131,17 @@ async fn gateway(
     }
 }
 
-// Test plumbing: a source fed from the test, an output handing signals back.
-static INPUT: Mutex<Option<mpsc::UnboundedReceiver<Signal>>> = Mutex::new(None);
-static CAPTURE: Mutex<Option<mpsc::UnboundedSender<Value>>> = Mutex::new(None);
-/// One graph at a time uses the statics above.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-struct Feed(mpsc::UnboundedReceiver<Signal>);
-impl Source for Feed {
-    fn run(mut self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            loop {
-                let s = tokio::select! {
-                    s = self.0.recv() => s,
-                    () = cx.shutdown().wait() => None,
-                };
-                let Some(s) = s else { return Ok(()) };
-                if cx.emit(s).await.is_err() {
-                    return Ok(());
-                }
-            }
-        })
-    }
-}
-
-struct Capture(mpsc::UnboundedSender<Value>);
-impl Output for Capture {
-    fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            while let Some(s) = cx.next().await {
-                let _ = self.0.send(s.to_value());
-            }
-            Ok(())
-        })
-    }
-}
-
-fn build_feed(_: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
-    Ok(Box::new(Feed(
-        INPUT.lock().expect("lock").take().expect("one feed"),
-    )))
-}
-
-fn build_capture(_: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
-    Ok(Box::new(Capture(
-        CAPTURE.lock().expect("lock").clone().expect("capture"),
-    )))
-}
-
 fn registry() -> Registry {
     let mut r = Registry::new();
     patchbay_openclaw::register(&mut r);
-    r.source("feed", build_feed).output(
-        "capture",
-        OutputKind {
-            build: build_capture,
-            inbound: false,
-            when_full: WhenFull::Block,
-        },
-    );
     r
 }
 
 struct Session {
-    feed: mpsc::UnboundedSender<Signal>,
-    seen: mpsc::UnboundedReceiver<Value>,
+    feed: mpsc::Sender<Signal>,
+    seen: mpsc::Receiver<SharedSignal>,
     requests: mpsc::UnboundedReceiver<Value>,
-    stop: oneshot::Sender<()>,
-    run: tokio::task::JoinHandle<runtime::RunReport>,
+    graph: RunningGraph,
 }
 
 async fn start(plays: Vec<Play>, connections: &'static AtomicUsize, token: &str) -> Session {
@@ -208,10 +149,9 @@ async fn start(plays: Vec<Play>, connections: &'static AtomicUsize, token: &str)
     let port = listener.local_addr().expect("addr").port();
     let (req_tx, requests) = mpsc::unbounded_channel();
     tokio::spawn(gateway(listener, plays, connections, req_tx));
-    let (feed, rx) = mpsc::unbounded_channel();
-    let (tx, seen) = mpsc::unbounded_channel();
-    *INPUT.lock().expect("lock") = Some(rx);
-    *CAPTURE.lock().expect("lock") = Some(tx);
+    let mut registry = registry();
+    let feed = ChannelSource::register(&mut registry, "feed", 64);
+    let seen = ChannelOutput::register(&mut registry, "capture", 1024);
     let config = format!(
         r#"
 [sources.ctl]
@@ -232,17 +172,12 @@ inputs = ["claw.inbound"]
 "#
     );
     let graph =
-        compile(&[SourceText::new("openclaw.toml", config)], &registry()).expect("graph compiles");
-    let (stop, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(runtime::run(graph, async move {
-        let _ = stop_rx.await;
-    }));
+        compile(&[SourceText::new("openclaw.toml", config)], &registry).expect("graph compiles");
     Session {
         feed,
         seen,
         requests,
-        stop,
-        run,
+        graph: RunningGraph::spawn(graph),
     }
 }
 
@@ -250,8 +185,8 @@ impl Session {
     fn send(&self, kind: &str, payload: Value) {
         let payload: Object = payload.as_object().cloned().unwrap_or_default();
         self.feed
-            .send(Signal::new(kind, "test", payload))
-            .expect("feed open");
+            .try_send(Signal::new(kind, "test", payload))
+            .expect("the feed is open and has room");
     }
 
     async fn wait_for(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
@@ -259,7 +194,8 @@ impl Session {
             let s = tokio::time::timeout(Duration::from_secs(20), self.seen.recv())
                 .await
                 .unwrap_or_else(|_| panic!("waiting for {what}"))
-                .expect("graph alive");
+                .expect("graph alive")
+                .to_value();
             if pred(&s) {
                 return s;
             }
@@ -274,8 +210,7 @@ impl Session {
     }
 
     async fn finish(self) -> runtime::RunReport {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(20), self.run)
+        tokio::time::timeout(Duration::from_secs(20), self.graph.stop())
             .await
             .expect("graph stops")
             .expect("graph task")
@@ -284,7 +219,6 @@ impl Session {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handshake_events_and_abort() {
-    let _serial = SERIAL.lock().await;
     static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
     let mut s = start(
         vec![Play::Drop, Play::Run],
@@ -342,12 +276,7 @@ async fn handshake_events_and_abort() {
         2,
         "one dropped connection, one retry"
     );
-    let claw = report
-        .telemetry
-        .snapshot()
-        .into_iter()
-        .find(|c| c.name == "claw")
-        .expect("stats");
+    let claw = report.telemetry.component("claw").expect("stats");
     assert_eq!(claw.sent, 1);
     assert_eq!(claw.bad_input, 1);
     assert_eq!(claw.state, HealthState::Stopped);
@@ -355,7 +284,6 @@ async fn handshake_events_and_abort() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_fails_without_retrying() {
-    let _serial = SERIAL.lock().await;
     static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
     let mut s = start(
         vec![Play::WrongToken, Play::Run],
@@ -374,12 +302,7 @@ async fn a_wrong_token_fails_without_retrying() {
         1,
         "no retry after an auth failure"
     );
-    let claw = report
-        .telemetry
-        .snapshot()
-        .into_iter()
-        .find(|c| c.name == "claw")
-        .expect("stats");
+    let claw = report.telemetry.component("claw").expect("stats");
     assert_eq!(claw.state, HealthState::Failed);
     assert!(
         claw.last_error
@@ -392,7 +315,6 @@ async fn a_wrong_token_fails_without_retrying() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gives_up_after_max_attempts() {
-    let _serial = SERIAL.lock().await;
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr").port()
@@ -401,19 +323,10 @@ async fn gives_up_after_max_attempts() {
         "[sources.claw]\ntype = \"openclaw\"\nurl = \"ws://127.0.0.1:{port}\"\ntoken = \"t\"\nmax_attempts = 3\nbackoff_initial_ms = 5\nbackoff_max_ms = 10\n"
     );
     let graph = compile(&[SourceText::new("c.toml", config)], &registry()).expect("compiles");
-    let (stop, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(runtime::run(graph, async move {
-        let _ = stop_rx.await;
-    }));
+    let graph = RunningGraph::spawn(graph);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let _ = stop.send(());
-    let report = run.await.expect("graph");
-    let claw = report
-        .telemetry
-        .snapshot()
-        .into_iter()
-        .find(|c| c.name == "claw")
-        .expect("stats");
+    let report = graph.stop().await.expect("graph");
+    let claw = report.telemetry.component("claw").expect("stats");
     assert_eq!(claw.state, HealthState::Failed);
     assert!(
         claw.last_error
@@ -454,7 +367,6 @@ fn config_errors_point_at_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_is_dropped_after_two_ticks() {
-    let _serial = SERIAL.lock().await;
     static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
     let mut s = start(
         vec![Play::Silent, Play::Run],
@@ -470,12 +382,7 @@ async fn a_silent_connection_is_dropped_after_two_ticks() {
         .await;
     let report = s.finish().await;
     assert_eq!(CONNECTIONS.load(Ordering::SeqCst), 2);
-    let claw = report
-        .telemetry
-        .snapshot()
-        .into_iter()
-        .find(|c| c.name == "claw")
-        .expect("stats");
+    let claw = report.telemetry.component("claw").expect("stats");
     assert!(
         claw.last_error
             .as_deref()

@@ -5,7 +5,7 @@
 #[path = "support/palyra_e2e.rs"]
 mod palyra_e2e;
 
-use patchbay_graph::{Registry, SourceText, compile, runtime};
+use patchbay_graph::{Registry, RunningGraph, SourceText, compile};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn realtime_resume_and_acp_commands() {
@@ -22,14 +22,10 @@ async fn realtime_resume_and_acp_commands() {
         &registry,
     )
     .unwrap_or_else(|e| panic!("config compiles: {e:?}"));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runtime::run(graph, async {
-        let _ = stop_rx.await;
-    }));
+    let running = RunningGraph::spawn(graph);
 
     palyra_e2e::wait_complete(&out).await;
-    let _ = stop_tx.send(());
-    tokio::time::timeout(palyra_e2e::GUARD, running)
+    tokio::time::timeout(palyra_e2e::GUARD, running.stop())
         .await
         .expect("the graph stops")
         .expect("the graph task");
@@ -87,10 +83,7 @@ path = "{b}"
     patchbay_palyra::register(&mut registry);
     let graph = compile(&[SourceText::new("console.toml", config)], &registry)
         .unwrap_or_else(|e| panic!("config compiles: {e:?}"));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runtime::run(graph, async {
-        let _ = stop_rx.await;
-    }));
+    let running = RunningGraph::spawn(graph);
 
     let expected = [
         "palyra.meta",
@@ -120,8 +113,7 @@ path = "{b}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let _ = stop_tx.send(());
-    tokio::time::timeout(palyra_e2e::GUARD, running)
+    tokio::time::timeout(palyra_e2e::GUARD, running.stop())
         .await
         .expect("the graph stops")
         .expect("the graph task");

@@ -7,14 +7,12 @@ mod proxy_e2e;
 
 use std::path::Path;
 
-use patchbay_graph::{Registry, SourceText, compile, runtime};
-use tokio::sync::oneshot;
+use patchbay_graph::{Registry, RunningGraph, SourceText, compile};
 
 /// Runs the config's graph in this process.
 #[derive(Default)]
 struct InProcess {
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    graph: Option<RunningGraph>,
 }
 
 impl proxy_e2e::Patchbay for InProcess {
@@ -28,22 +26,12 @@ impl proxy_e2e::Patchbay for InProcess {
             &registry,
         )
         .unwrap_or_else(|e| panic!("config: {e:?}"));
-        let (tx, rx) = oneshot::channel::<()>();
-        self.stop = Some(tx);
-        self.task = Some(tokio::spawn(async move {
-            runtime::run(graph, async {
-                let _ = rx.await;
-            })
-            .await;
-        }));
+        self.graph = Some(RunningGraph::spawn(graph));
     }
 
     async fn stop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(proxy_e2e::GUARD, task).await;
+        if let Some(graph) = self.graph.take() {
+            let _ = tokio::time::timeout(proxy_e2e::GUARD, graph.stop()).await;
         }
     }
 }

@@ -8,7 +8,7 @@ mod proxy_e2e;
 
 use std::time::Duration;
 
-use patchbay_graph::{Registry, SourceText, compile, runtime};
+use patchbay_graph::{Registry, RunningGraph, SourceText, compile};
 use serde_json::Value;
 
 fn prompt_line(text: &str, model: Option<&str>) -> String {
@@ -80,10 +80,7 @@ inputs = ["gpt.inbound", "claude.inbound"]
     patchbay_proxy::register(&mut registry);
     let graph = compile(&[SourceText::new("prompt.toml", config)], &registry)
         .unwrap_or_else(|e| panic!("{e:?}"));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(runtime::run(graph, async {
-        let _ = rx.await;
-    }));
+    let graph = RunningGraph::spawn(graph);
 
     // Four requests: three OpenAI prompts and one Anthropic prompt, each ending in a
     // completion or an error.
@@ -103,18 +100,12 @@ inputs = ["gpt.inbound", "claude.inbound"]
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let _ = tx.send(());
-    let report = tokio::time::timeout(proxy_e2e::GUARD, run)
+    let report = tokio::time::timeout(proxy_e2e::GUARD, graph.stop())
         .await
         .expect("stops")
         .expect("runs");
     // The text_delta given to the openai output was refused (counted), not sent.
-    let gpt = report
-        .telemetry
-        .snapshot()
-        .into_iter()
-        .find(|c| c.name == "gpt")
-        .expect("gpt stats");
+    let gpt = report.telemetry.component("gpt").expect("gpt stats");
     assert_eq!(gpt.bad_input, 1, "{gpt:?}");
 
     for s in &signals {

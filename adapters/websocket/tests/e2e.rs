@@ -12,13 +12,13 @@ use probe::{build_probe, telemetry};
 use std::path::Path;
 use std::time::Duration;
 
-use patchbay_graph::{HealthState, OutputKind, Registry, SourceText, WhenFull, compile, runtime};
-use tokio::sync::oneshot;
+use patchbay_graph::{
+    HealthState, OutputKind, Registry, RunningGraph, SourceText, WhenFull, compile,
+};
 
 #[derive(Default)]
 struct InProcess {
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    graph: Option<RunningGraph>,
 }
 
 impl generic_e2e::Patchbay for InProcess {
@@ -39,21 +39,14 @@ impl generic_e2e::Patchbay for InProcess {
             + "\n[outputs.probe]\ntype = \"probe\"\ninputs = [\"ws\"]\n";
         let graph = compile(&[SourceText::new("generic.toml", text)], &registry)
             .unwrap_or_else(|e| panic!("{e:?}"));
-        let (tx, rx) = oneshot::channel::<()>();
-        self.stop = Some(tx);
-        self.task = Some(tokio::spawn(async move {
-            runtime::run(graph, async {
-                let _ = rx.await;
-            })
-            .await;
-        }));
+        self.graph = Some(RunningGraph::spawn(graph));
     }
 
     async fn wait_recovering(&mut self, name: &str) {
         let deadline = tokio::time::Instant::now() + generic_e2e::GUARD;
         loop {
             if let Some(t) = telemetry() {
-                let seen = t.snapshot().into_iter().find(|c| c.name == name);
+                let seen = t.component(name);
                 if let Some(c) = seen
                     && c.state == HealthState::Recovering
                 {
@@ -71,11 +64,8 @@ impl generic_e2e::Patchbay for InProcess {
     }
 
     async fn stop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(generic_e2e::GUARD, task).await;
+        if let Some(graph) = self.graph.take() {
+            let _ = tokio::time::timeout(generic_e2e::GUARD, graph.stop()).await;
         }
     }
 }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use patchbay_graph::{HealthState, OutputKind, Registry, SourceText, WhenFull, compile, runtime};
+use patchbay_graph::{
+    HealthState, OutputKind, Registry, RunningGraph, SourceText, WhenFull, compile,
+};
 
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -18,7 +20,7 @@ async fn wait_state(name: &str, state: HealthState, needle: &str) -> String {
     let deadline = tokio::time::Instant::now() + GUARD;
     loop {
         if let Some(t) = probe::telemetry()
-            && let Some(c) = t.snapshot().into_iter().find(|c| c.name == name)
+            && let Some(c) = t.component(name)
             && c.state == state
             // (the runtime records a failed source's error as `last_error`)
             && let Some(detail) = c.detail.or(c.last_error).filter(|d| d.contains(needle))
@@ -89,10 +91,7 @@ inputs = ["pongless", "nowhere"]
     );
     let graph = compile(&[SourceText::new("states.toml", config)], &registry)
         .unwrap_or_else(|e| panic!("{e:?}"));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(runtime::run(graph, async {
-        let _ = rx.await;
-    }));
+    let graph = RunningGraph::spawn(graph);
 
     let detail = wait_state("pongless", HealthState::Recovering, "no pong").await;
     assert!(detail.starts_with("retrying in "), "{detail}");
@@ -102,6 +101,5 @@ inputs = ["pongless", "nowhere"]
     let detail = wait_state("nowhere", HealthState::Failed, "gave up after 2").await;
     assert!(!detail.is_empty());
 
-    let _ = tx.send(());
-    let _ = tokio::time::timeout(GUARD, run).await;
+    let _ = tokio::time::timeout(GUARD, graph.stop()).await;
 }

@@ -4,12 +4,15 @@
 //! their `inputs`. This crate loads and checks them ([`config`], [`compile()`]), defines the
 //! interfaces components implement ([`filter`] for filters, [`component`] for sources and
 //! outputs), and runs the graph ([`engine`] synchronously, [`runtime`] with tokio).
-//! Transports that talk both ways reach their graph ends through [`LinkEnds`].
+//! Transports that talk both ways reach their graph ends through [`LinkEnds`]. A program
+//! that embeds a graph feeds it and reads it through channels, and runs it on a task
+//! ([`embed`]).
 
 pub mod backoff;
 pub mod compile;
 pub mod component;
 pub mod config;
+pub mod embed;
 pub mod engine;
 pub mod filter;
 pub mod link_ends;
@@ -24,6 +27,7 @@ pub use component::{
     BoxFuture, ComponentError, Output, OutputContext, Shutdown, Source, SourceContext,
 };
 pub use config::{Diagnostic, Options, SourceText};
+pub use embed::{ChannelOutput, ChannelSource, RunningGraph};
 pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
 pub use link_ends::{GaveUp, LinkEnds};
 pub use queue::{SignalQueue, WhenFull};

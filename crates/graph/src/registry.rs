@@ -15,6 +15,12 @@ pub type FilterBuilder = fn(&Options<'_>) -> Result<FilterSpec, Diagnostic>;
 /// Builds an output from its options (no I/O).
 pub type OutputBuilder = fn(&Options<'_>) -> Result<Box<dyn Output>, Diagnostic>;
 
+/// A source builder as the registry keeps it: any function or closure, so that a builder
+/// can capture what it hands its sources (an embedding program's channel ends).
+type BuildSource = Arc<dyn Fn(&Options<'_>) -> Result<Box<dyn Source>, Diagnostic> + Send + Sync>;
+/// An output builder as the registry keeps it (see [`BuildSource`]).
+type BuildOutput = Arc<dyn Fn(&Options<'_>) -> Result<Box<dyn Output>, Diagnostic> + Send + Sync>;
+
 /// What the `[discovery]` section of a config makes: sources named `local:<service>`, and
 /// the outputs they feed.
 pub struct DiscoveryPlan {
@@ -39,12 +45,20 @@ pub struct OutputKind {
     pub when_full: WhenFull,
 }
 
+/// An output type as the registry keeps it: [`OutputKind`] with any builder.
+#[derive(Clone)]
+pub(crate) struct RegisteredOutput {
+    pub(crate) build: BuildOutput,
+    pub(crate) inbound: bool,
+    pub(crate) when_full: WhenFull,
+}
+
 /// The component types a config may use.
 #[derive(Default, Clone)]
 pub struct Registry {
-    sources: BTreeMap<&'static str, SourceBuilder>,
+    sources: BTreeMap<&'static str, BuildSource>,
     filters: BTreeMap<&'static str, FilterBuilder>,
-    outputs: BTreeMap<&'static str, OutputKind>,
+    outputs: BTreeMap<&'static str, RegisteredOutput>,
     discovery: Option<DiscoveryBuilder>,
 }
 
@@ -54,9 +68,13 @@ impl Registry {
         Self::default()
     }
 
-    /// Registers a source type.
-    pub fn source(&mut self, type_name: &'static str, build: SourceBuilder) -> &mut Self {
-        self.sources.insert(type_name, build);
+    /// Registers a source type, built by a function or by a closure.
+    pub fn source(
+        &mut self,
+        type_name: &'static str,
+        build: impl Fn(&Options<'_>) -> Result<Box<dyn Source>, Diagnostic> + Send + Sync + 'static,
+    ) -> &mut Self {
+        self.sources.insert(type_name, Arc::new(build));
         self
     }
 
@@ -68,7 +86,34 @@ impl Registry {
 
     /// Registers an output type.
     pub fn output(&mut self, type_name: &'static str, kind: OutputKind) -> &mut Self {
-        self.outputs.insert(type_name, kind);
+        self.outputs.insert(
+            type_name,
+            RegisteredOutput {
+                build: Arc::new(kind.build),
+                inbound: kind.inbound,
+                when_full: kind.when_full,
+            },
+        );
+        self
+    }
+
+    /// Registers a one-way output type built by a function or by a closure (which can
+    /// capture what it hands its outputs, such as a channel's sending end); `when_full` is
+    /// its queue's default overflow decision.
+    pub fn output_fn(
+        &mut self,
+        type_name: &'static str,
+        when_full: WhenFull,
+        build: impl Fn(&Options<'_>) -> Result<Box<dyn Output>, Diagnostic> + Send + Sync + 'static,
+    ) -> &mut Self {
+        self.outputs.insert(
+            type_name,
+            RegisteredOutput {
+                build: Arc::new(build),
+                inbound: false,
+                when_full,
+            },
+        );
         self
     }
 
@@ -101,14 +146,14 @@ impl Registry {
         self.discovery.as_ref()
     }
 
-    pub(crate) fn source_builder(&self, t: &str) -> Option<SourceBuilder> {
-        self.sources.get(t).copied()
+    pub(crate) fn source_builder(&self, t: &str) -> Option<&BuildSource> {
+        self.sources.get(t)
     }
     pub(crate) fn filter_builder(&self, t: &str) -> Option<FilterBuilder> {
         self.filters.get(t).copied()
     }
-    pub(crate) fn output_kind(&self, t: &str) -> Option<OutputKind> {
-        self.outputs.get(t).copied()
+    pub(crate) fn output_kind(&self, t: &str) -> Option<&RegisteredOutput> {
+        self.outputs.get(t)
     }
 
     /// Registered source type names.

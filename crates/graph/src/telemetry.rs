@@ -213,6 +213,15 @@ impl Telemetry {
         self.components.iter().map(|c| c.snapshot()).collect()
     }
 
+    /// A snapshot of the component named `name` (`ui`, `ui.inbound`), if the graph has one:
+    /// how a program (or a test) reads one component's health and counters.
+    pub fn component(&self, name: &str) -> Option<ComponentSnapshot> {
+        self.components
+            .iter()
+            .find(|c| c.name() == name)
+            .map(|c| c.snapshot())
+    }
+
     /// The components in Prometheus text exposition format.
     pub fn prometheus(&self) -> String {
         use std::fmt::Write;

@@ -5,18 +5,16 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use patchbay_graph::runtime::{RunReport, run};
+use patchbay_graph::runtime::RunReport;
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, Options, Registry, Source, SourceContext, SourceText,
-    compile,
+    BoxFuture, ComponentError, Diagnostic, Options, Registry, RunningGraph, Source, SourceContext,
+    SourceText, compile,
 };
 use patchbay_signal::{Signal, object};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -89,12 +87,11 @@ impl Source for Count {
     }
 }
 
-/// A running graph whose sidecar output is `name`.
+/// A running graph whose sidecar output is `name` (dropped, it stops).
 pub struct Server {
     pub name: String,
     pub addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<RunReport>>,
+    graph: RunningGraph,
 }
 
 /// Starts a graph: output `name` (a sidecar on 127.0.0.1:0 with `options`) reading
@@ -112,16 +109,12 @@ pub async fn start(name: &str, inputs: &[&str], options: &str, extra: &str) -> S
         Ok(g) => g,
         Err(errors) => panic!("config: {errors:?}"),
     };
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(run(graph, async move {
-        let _ = stopped.await;
-    }));
+    let graph = RunningGraph::spawn(graph);
     let addr = guard("the sidecar binds", patchbay_server::wait_bound(name)).await;
     Server {
         name: name.to_owned(),
         addr,
-        stop: Some(stop),
-        task: Some(task),
+        graph,
     }
 }
 
@@ -136,12 +129,10 @@ impl Server {
     }
 
     /// Stops the graph and waits for it (the sidecar closes its clients).
-    pub async fn stop(mut self) -> RunReport {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let task = self.task.take().expect("running");
-        guard("the graph stops", task).await.expect("graph task")
+    pub async fn stop(self) -> RunReport {
+        guard("the graph stops", self.graph.stop())
+            .await
+            .expect("graph task")
     }
 
     /// GET /health as JSON.
@@ -158,14 +149,6 @@ impl Server {
             .as_array()
             .and_then(|cs| cs.iter().find(|c| c["name"] == name).cloned())
             .unwrap_or_else(|| panic!("no component {name} in {h}"))
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
     }
 }
 
