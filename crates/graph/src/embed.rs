@@ -39,7 +39,7 @@ use crate::telemetry::ComponentStats;
 /// A source that emits the signals a program sends on a channel.
 ///
 /// It ends when every sender is dropped (so a graph whose sources all end drains and
-/// stops on its own), or at shutdown. The channel is bounded: when the graph cannot take
+/// stops on its own), or at shutdown, after emitting what was sent before it. The channel is bounded: when the graph cannot take
 /// more, the program's `send` waits (`try_send` says the channel is full, `blocking_send`
 /// serves code outside the runtime).
 #[derive(Debug)]
@@ -88,13 +88,22 @@ impl Source for ChannelSource {
             loop {
                 let signal = tokio::select! {
                     signal = self.signals.recv() => signal,
-                    () = cx.shutdown().wait() => None,
+                    () = cx.shutdown().wait() => break,
                 };
                 let Some(signal) = signal else { return Ok(()) };
                 if cx.emit(signal).await.is_err() {
                     return Ok(());
                 }
             }
+            // Shutdown: the channel takes no more, but what the program sent before it is
+            // accepted and goes through the graph.
+            self.signals.close();
+            while let Some(signal) = self.signals.recv().await {
+                if cx.emit(signal).await.is_err() {
+                    break;
+                }
+            }
+            Ok(())
         })
     }
 }
@@ -305,6 +314,22 @@ mod tests {
         );
         // The source has let go of its channel.
         assert!(feed.send(signal("keep", 2)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn what_was_sent_before_a_stop_goes_through() {
+        let (feed, seen, running) = start("");
+        for i in 0..100 {
+            feed.send(signal("keep", i))
+                .await
+                .expect("the source is running");
+        }
+        let report = tokio::time::timeout(GUARD, running.stop())
+            .await
+            .expect("the graph stops")
+            .expect("the graph task");
+        assert_eq!(all(seen).await.len(), 100);
+        assert_eq!(report.telemetry.component("back").expect("stats").sent, 100);
     }
 
     #[tokio::test]
