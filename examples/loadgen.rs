@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::scratch::ScratchDir;
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 use tokio_tungstenite::tungstenite::Message;
@@ -118,13 +119,14 @@ fn free_port() -> u16 {
 struct Server {
     child: Child,
     port: u16,
+    /// patchbay's config directory, removed with the server.
+    _config: Option<ScratchDir>,
 }
 
 impl Server {
     fn patchbay(binary: &str) -> Server {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("patchbay-loadgen-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = ScratchDir::new("loadgen");
         let config = dir.join("loadgen.toml");
         std::fs::write(
             &config,
@@ -140,7 +142,11 @@ impl Server {
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("{binary}: {e} (run `cargo build --release` first)"));
-        Server { child, port }
+        Server {
+            child,
+            port,
+            _config: Some(dir),
+        }
     }
 
     fn relay() -> Server {
@@ -149,7 +155,11 @@ impl Server {
             .args(["relay", &port.to_string()])
             .spawn()
             .unwrap();
-        Server { child, port }
+        Server {
+            child,
+            port,
+            _config: None,
+        }
     }
 
     async fn ready(&self) {

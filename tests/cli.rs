@@ -2,9 +2,10 @@
 //! `test`, and the shipped pipelines.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::Value;
 
 fn patchbay(args: &[&str], stdin: &str) -> Output {
@@ -26,16 +27,7 @@ fn patchbay(args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().expect("patchbay exits")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("patchbay-test-{name}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
+fn write(dir: &ScratchDir, name: &str, text: &str) -> String {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write file");
     path.display().to_string()
@@ -51,7 +43,7 @@ fn lines(text: &[u8]) -> Vec<Value> {
 
 /// Validates `config` and returns stderr, asserting exit code 1.
 fn invalid(config: &str) -> (String, String) {
-    let dir = temp_dir("invalid");
+    let dir = ScratchDir::new("cli-invalid");
     let path = write(&dir, "p.toml", config);
     let out = patchbay(&["validate", &path], "");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -124,7 +116,7 @@ fn validate_reports_each_kind_of_error_with_its_location() {
 
 #[test]
 fn environment_values_never_appear_in_errors() {
-    let dir = temp_dir("env");
+    let dir = ScratchDir::new("cli-env");
     let path = write(
         &dir,
         "p.toml",
@@ -180,7 +172,7 @@ fn parse_reports_bad_lines_as_error_signals() {
 /// Runs `input lines → [filter] → file` with the given filter options and returns the
 /// timestamps of what came out.
 fn run_filter(filter: &str, input: &[(i64, &str)]) -> Vec<i64> {
-    let dir = temp_dir("filter");
+    let dir = ScratchDir::new("cli-filter");
     let lines_in: String = input
         .iter()
         .map(|(t, k)| format!("{{\"type\":\"{k}\",\"timestamp\":{t},\"payload\":{{\"v\":{t}}}}}\n"))
@@ -285,7 +277,7 @@ fn every_shipped_pipeline_validates_and_its_tests_pass() {
 
 #[test]
 fn config_test_failures_show_a_diff() {
-    let dir = temp_dir("cfgtest");
+    let dir = ScratchDir::new("cli-cfgtest");
     let path = write(
         &dir,
         "p.toml",
@@ -333,7 +325,7 @@ fn graph_draws_dot_and_mermaid() {
 
 #[test]
 fn sigterm_stops_sources_flushes_filters_and_exits_zero() {
-    let dir = temp_dir("sigterm");
+    let dir = ScratchDir::new("cli-sigterm");
     let out_path = dir.join("out.jsonl");
     let config = format!(
         "[sources.in]\ntype = \"stdin\"\n\n[filters.t]\ntype = \"throttle\"\ninputs = [\"in\"]\ninterval_ms = 3600000\nemit = \"both\"\n\n[outputs.out]\ntype = \"file\"\ninputs = [\"t\"]\npath = \"{}\"\n",

@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -36,13 +37,6 @@ fn recording(name: &str) -> String {
         .join(name)
         .display()
         .to_string()
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("patchbay-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 fn lines(name: &str) -> Vec<(String, Value)> {
@@ -116,7 +110,7 @@ async fn sidecar() -> (String, mpsc::UnboundedReceiver<Value>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrap_is_transparent_and_publishes_signals() {
     let (url, mut posts) = sidecar().await;
-    let dir = temp_dir("codelia-wrap");
+    let dir = ScratchDir::new("codelia-wrap");
     let (log_in, log_out) = (dir.join("in.bin"), dir.join("out.bin"));
     let name = "codelia-run-mock-toolcalls.ndjson";
     let mut child = Command::new(env!("CARGO_BIN_EXE_patchbay"))
@@ -234,10 +228,13 @@ struct Run {
     signals: std_mpsc::Receiver<Vec<u8>>,
     log_in: PathBuf,
     _child: Reaper,
+    /// After the child: fields drop in order, so the stand-in has stopped writing its log
+    /// when the directory goes.
+    _dir: ScratchDir,
 }
 
 fn run_codelia(name: &str) -> Run {
-    let dir = temp_dir(&format!("codelia-run-{}", name.len()));
+    let dir = ScratchDir::new("codelia-run");
     let log_in = dir.join("in.bin");
     let config = dir.join("pipeline.toml");
     std::fs::write(
@@ -278,6 +275,7 @@ format = "json"
         signals,
         log_in,
         _child: Reaper(child),
+        _dir: dir,
     }
 }
 
@@ -372,7 +370,7 @@ fn wrap_publishes_to_a_running_sidecar() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr").port()
     };
-    let dir = temp_dir("codelia-sidecar");
+    let dir = ScratchDir::new("codelia-sidecar");
     let config = dir.join("sidecar.toml");
     std::fs::write(
         &config,

@@ -15,6 +15,7 @@ use std::time::Duration;
 use patchbay_cli::discovery::{
     DiscoveryConfig, MidiListing, Service, ServiceKind, ServiceState, discover, render_table,
 };
+use patchbay_testkit::scratch::ScratchDir;
 
 const OLLAMA: &str = "127.0.0.1:11434";
 const LMSTUDIO: &str = "127.0.0.1:1234";
@@ -282,10 +283,8 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
 
     // The daemon's [discovery]: `local:ollama` says `discovery.found`, `discovery.lost`
     // when it stops, and `discovery.found` again when it returns.
-    let dir = std::env::temp_dir().join(format!("patchbay-discovery-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("discovery");
     let out_path = dir.join("found.jsonl");
-    let _ = std::fs::remove_file(&out_path);
     let config_path = dir.join("discovery.toml");
     std::fs::write(
         &config_path,

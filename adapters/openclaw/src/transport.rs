@@ -424,9 +424,7 @@ mod tests {
 
     #[test]
     fn the_token_comes_from_the_openclaw_config() {
-        let dir =
-            std::env::temp_dir().join(format!("patchbay-openclaw-token-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = patchbay_testkit::scratch::ScratchDir::new("openclaw-token");
         let path = dir.join("openclaw.json");
         std::fs::write(
             &path,

@@ -7,12 +7,14 @@
 //! The modules hold what the adapters' tests and benches would otherwise each write again:
 //! [`decoding`] drives a decoder over split input, [`validity`] checks its signals,
 //! [`prng`] and [`random_input`] make seeded random input, [`properties`] runs the shared
-//! property checks, and [`throughput`] builds the LLM decoders' bench input.
+//! property checks, [`throughput`] builds the LLM decoders' bench input, and [`scratch`]
+//! gives the end-to-end tests temporary directories that remove themselves.
 
 pub mod decoding;
 pub mod prng;
 pub mod properties;
 pub mod random_input;
+pub mod scratch;
 pub mod throughput;
 pub mod validity;
 

@@ -24,6 +24,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -85,12 +86,9 @@ pub async fn wait_listening(port: u16) {
     }
 }
 
-/// A temporary directory for one test.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("patchbay-llm-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A temporary directory for one test, removed when the guard is dropped.
+pub fn temp_dir(tag: &str) -> ScratchDir {
+    ScratchDir::new(&format!("llm-{tag}"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -508,14 +506,17 @@ inputs = ["oai", "ant", "mock_oai", "mock_ant"]
 }
 
 /// The whole scenario: SDK calls direct vs proxied, faults, a hang-up, then the signals.
-pub async fn run_scenario(mut patchbay: impl Patchbay, tag: &str) {
+pub async fn run_scenario(patchbay: impl Patchbay, tag: &str) {
     let python = python();
     let replay = start_replay().await;
     let mock = start_llmock(&python).await;
     let dir = temp_dir(tag);
+    // Bound after the directory, so that when a check fails patchbay is dropped (and
+    // stopped) before the directory it writes into is removed.
+    let mut patchbay = patchbay;
     let out = dir.join("signals.jsonl");
     let ports = [free_port(), free_port(), free_port(), free_port()];
-    let config = pipeline(&dir, ports, &replay.url, &mock.url, &out);
+    let config = pipeline(dir.path(), ports, &replay.url, &mock.url, &out);
     patchbay.start(&config).await;
     for port in ports {
         wait_listening(port).await;
@@ -669,7 +670,6 @@ pub async fn run_scenario(mut patchbay: impl Patchbay, tag: &str) {
     patchbay.stop().await;
     let signals = read_signals(&out);
     check_signals(&signals, &calls, &faults);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The signals of the output file.

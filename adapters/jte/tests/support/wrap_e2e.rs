@@ -23,7 +23,6 @@
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,6 +31,7 @@ use axum::Router;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{RawQuery, State};
 use axum::routing::{get, post};
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -127,16 +127,6 @@ fn printf_split(bytes: &[u8], rng: &mut Rng) -> String {
         i = end;
     }
     script
-}
-
-fn temp_dir() -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let dir =
-        std::env::temp_dir().join(format!("patchbay-jte-wrap-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 #[derive(Clone)]
@@ -398,7 +388,7 @@ pub fn run(wrap_command: impl FnOnce(&str, &[String]) -> Command) {
     eprintln!("jte wrap e2e: seed {seed} (set JTE_WRAP_SEED to repeat)");
     let mut rng = Rng(seed | 1);
 
-    let dir = temp_dir();
+    let dir = ScratchDir::new("jte-wrap");
     let control_file = dir.join("control.hex");
     let (first, mut shown) = first_part();
     let expected = expected_control();
@@ -486,13 +476,12 @@ pub fn run(wrap_command: impl FnOnce(&str, &[String]) -> Command) {
     assert_eq!(signals[3]["payload"]["code"], "bad_frame");
     assert_eq!(signals[4]["payload"]["n"], 1);
     assert_eq!(signals[5]["payload"]["n"], 2);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Signals sent to the wrap reach the program's process group: `SIGTERM` kills the
 /// program, and the wrap exits with `128 + 15`, the user's terminal restored.
 pub fn run_signal_forwarding(wrap_command: impl FnOnce(&str, &[String]) -> Command) {
-    let dir = temp_dir();
+    let dir = ScratchDir::new("jte-wrap");
     let script = format!(
         "#!/bin/sh\nprintf '{ESC}]23198;0;{{\"command\":\"ready\"}}\\007'\nsleep 60\nexit 0\n"
     );
@@ -512,13 +501,12 @@ pub fn run_signal_forwarding(wrap_command: impl FnOnce(&str, &[String]) -> Comma
     let (status, stderr, _) = session.finish();
     assert_eq!(status.code(), Some(128 + 15), "exit code; stderr: {stderr}");
     assert!(session.canonical(), "the user's terminal is restored");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Without a reachable patchbay the program runs as usual: its output passes, its exit
 /// code is kept, and the wrap warns (once) on stderr that signals are dropped.
 pub fn run_without_patchbay(wrap_command: impl FnOnce(&str, &[String]) -> Command) {
-    let dir = temp_dir();
+    let dir = ScratchDir::new("jte-wrap");
     // A port nothing listens on: bind one, then close it.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -541,7 +529,6 @@ pub fn run_without_patchbay(wrap_command: impl FnOnce(&str, &[String]) -> Comman
         1,
         "one warning: {stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The example agent (`adapters/jte/examples/shell-agent.sh`) under the wrap: it reports

@@ -31,6 +31,7 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 
 /// The run of the tape.
@@ -270,22 +271,14 @@ pub async fn start_fake() -> (Fake, u16) {
     (fake, port)
 }
 
-/// A fresh temporary directory.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        "patchbay-palyra-{tag}-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh temporary directory, removed when the guard is dropped.
+pub fn temp_dir(tag: &str) -> ScratchDir {
+    ScratchDir::new(&format!("palyra-{tag}"))
 }
 
 /// Writes the control signals and the pipeline into `dir`; returns the config path and
 /// the output file.
-pub fn write_pipeline(dir: &Path, port: u16) -> (PathBuf, PathBuf) {
+pub fn write_pipeline(dir: &ScratchDir, port: u16) -> (PathBuf, PathBuf) {
     let controls = dir.join("controls.ndjson");
     let out = dir.join("out.ndjson");
     let lines = [

@@ -24,6 +24,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use axum::routing::get;
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response as WsResponse};
@@ -42,12 +43,9 @@ pub trait Patchbay {
     async fn stop(&mut self);
 }
 
-/// A temporary directory for one test.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("patchbay-generic-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A temporary directory for one test, removed when the guard is dropped.
+pub fn temp_dir(tag: &str) -> ScratchDir {
+    ScratchDir::new(&format!("generic-{tag}"))
 }
 
 /// The signals of an NDJSON file.
@@ -244,12 +242,15 @@ inputs = ["ws", "events"]
 }
 
 /// The whole scenario.
-pub async fn run_scenario(mut patchbay: impl Patchbay, tag: &str) {
+pub async fn run_scenario(patchbay: impl Patchbay, tag: &str) {
     let ws = start_ws().await;
     let sse = start_sse().await;
     let dir = temp_dir(tag);
+    // Bound after the directory, so that when a check fails patchbay is dropped (and
+    // stopped) before the directory it writes into is removed.
+    let mut patchbay = patchbay;
     let out = dir.join("out.jsonl");
-    let config = pipeline(&dir, &ws.url, &sse.url, &out);
+    let config = pipeline(dir.path(), &ws.url, &sse.url, &out);
     patchbay.start(&config).await;
 
     // The WebSocket peer dropped the first connection and refuses the next ones: the
@@ -335,5 +336,4 @@ pub async fn run_scenario(mut patchbay: impl Patchbay, tag: &str) {
             "a token leaked: {s}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
