@@ -301,9 +301,13 @@ impl Tap {
 
 impl Drop for Tap {
     /// A tap dropped before its body ended: the client hung up (the relay stream was
-    /// dropped, which dropped the upstream request too).
+    /// dropped, which dropped the upstream request too). After the response's end (its
+    /// `completion` or error) that is no cancellation: SDKs stop reading at `[DONE]` and
+    /// may close before the upstream's end of body arrives.
     fn drop(&mut self) {
-        if !self.finished {
+        if self.ended {
+            self.finish();
+        } else if !self.finished {
             self.abort(
                 "client_cancelled",
                 "the client disconnected before the response ended; the upstream request was cancelled"
@@ -416,6 +420,24 @@ mod tests {
         assert_eq!(signals[1].payload["code"], "client_cancelled");
         assert_eq!(signals[1].payload["severity"], "warning");
         assert_eq!(signals[1].payload["agentId"], "m");
+    }
+
+    #[test]
+    fn a_client_that_hangs_up_after_the_end_cancelled_nothing() {
+        let (e, mut rx, _) = emitter();
+        let mut tap = Tap::new(
+            Api::OpenAi,
+            "openai:t",
+            "R",
+            None,
+            200,
+            "text/event-stream",
+            true,
+            e,
+        );
+        tap.feed(STREAM.as_bytes());
+        drop(tap);
+        assert_eq!(kinds(&drain(&mut rx)), ["text_delta", "completion"]);
     }
 
     #[test]
