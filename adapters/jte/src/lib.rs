@@ -22,6 +22,8 @@
 //! assert_eq!(out.events.len(), 1);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod encode;
 pub mod parser;
 pub mod pty;

@@ -16,8 +16,9 @@
 //!
 //! The transport is [`register`]ed as `type = "openclaw"` ([`OpenClawConfig`]): it
 //! connects, completes the handshake within `connect_timeout_ms`, decodes every frame,
-//! and reconnects with `min(1 s·2^(n−1), 30 s)` plus jitter ([`Backoff`]), 10 attempts
-//! by default, counted again from 0 after a success. A refusal that a retry cannot fix
+//! and reconnects with `min(1 s·2^(n−1), 30 s)` plus jitter
+//! ([`Backoff`](patchbay_graph::backoff::Backoff)), 10 attempts by default, counted again
+//! from 0 after a success. A refusal that a retry cannot fix
 //! (a wrong token, no common protocol) is a `failed` state at once, with no retry loop.
 //! Declared under `[outputs.NAME]` it also sends `chat.abort` for `control.interrupt` /
 //! `control.cancel` (and `exec.approval.resolve` for `control.answer`), asking for the

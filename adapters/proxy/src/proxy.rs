@@ -85,7 +85,7 @@ pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
         .build()
 }
 
-/// The proxy's routes: everything is handled by [`forward`] (which answers 404 outside
+/// The proxy's routes: everything is handled by `forward` (which answers 404 outside
 /// `/v1/`).
 pub fn router(state: Arc<ProxyState>) -> Router {
     Router::new().fallback(forward).with_state(state)

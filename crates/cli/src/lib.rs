@@ -5,6 +5,8 @@
 //! `test` runs the `[[tests]]` written in configs and `tap` prints what a running sidecar
 //! sends. [`discovery`] finds the local services, for `discover` and the daemon.
 
+#![warn(missing_docs)]
+
 mod commands;
 mod discover;
 pub mod discovery;

@@ -6,6 +6,8 @@
 //! [`client_builder`] means no client in the process can miss it, whatever features cargo
 //! unified into the build.
 
+#![warn(missing_docs)]
+
 /// Installs rustls' ring provider as the process default, once (later calls, or another
 /// provider installed first, are fine).
 pub fn install_crypto_provider() {

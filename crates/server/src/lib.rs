@@ -21,6 +21,8 @@
 //!
 //! [`tap()`] is the client side: it prints what a running sidecar sends.
 
+#![warn(missing_docs)]
+
 mod config;
 mod http;
 mod hub;

@@ -7,7 +7,7 @@
 //!   JSON value becomes `type: "event"` with payload `{"value": …}`.
 //! - Envelope fields the schema does not know, or of the wrong type, are kept under
 //!   `metadata.unknown`; payloads of well-known types are repaired by
-//!   [`well_known::repair`](crate::well_known::repair).
+//!   [`well_known::repair`].
 //! - Text that is not JSON becomes one `error` signal `{message, severity: "warning",
 //!   code: "bad_frame"}` with the raw text (truncated) in `metadata.raw`, stamped with the
 //!   timestamp of the last good signal from the same decoder (0 if none), so it never moves

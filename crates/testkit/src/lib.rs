@@ -10,6 +10,8 @@
 //! property checks, [`throughput`] builds the LLM decoders' bench input, and [`scratch`]
 //! gives the end-to-end tests temporary directories that remove themselves.
 
+#![warn(missing_docs)]
+
 pub mod decoding;
 pub mod prng;
 pub mod properties;
