@@ -5,14 +5,16 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000]
+//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--rounds K]
 //! ```
 //!
 //! For each target and subscriber count it reports the delivered frames per second at full
 //! speed, the end-to-end latency percentiles (p50, p99, p999) at `--rate` signals per
 //! second, and the server's peak resident memory (VmHWM). patchbay runs as
 //! `target/release/patchbay` with a sidecar fed by its own ingest; signals are sent on a
-//! WebSocket (`--via ws`, the default) or by HTTP POST (`--via post`).
+//! WebSocket (`--via ws`, the default) or by HTTP POST (`--via post`). With `--rounds K`,
+//! every measurement runs K times (the relay and patchbay taking turns, each on a fresh
+//! server) and the table shows the median of each figure, with the range of the p99s.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -31,6 +33,8 @@ struct Options {
     rate: u64,
     via_post: bool,
     patchbay: String,
+    /// Runs of each measurement; the table shows each figure's median over them.
+    rounds: usize,
 }
 
 fn options() -> Options {
@@ -40,6 +44,7 @@ fn options() -> Options {
         rate: 1000,
         via_post: false,
         patchbay: "target/release/patchbay".into(),
+        rounds: 1,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -56,6 +61,7 @@ fn options() -> Options {
             "--rate" => o.rate = value.parse().expect("--rate N"),
             "--via" => o.via_post = value == "post",
             "--patchbay" => o.patchbay = value,
+            "--rounds" => o.rounds = value.parse::<usize>().expect("--rounds N").max(1),
             other => panic!("unknown argument {other}"),
         }
         i += 2;
@@ -315,8 +321,6 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 }
 
 struct Row {
-    target: &'static str,
-    subscribers: usize,
     throughput: f64,
     delivered: f64,
     p50: f64,
@@ -358,8 +362,6 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
     }
     latencies.sort_unstable();
     Row {
-        target,
-        subscribers: subs,
         throughput: o.signals as f64 / elapsed,
         delivered: delivered as f64 / (o.signals * subs) as f64,
         p50: percentile(&latencies, 0.5),
@@ -394,23 +396,38 @@ async fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|");
     for &subs in &o.subscribers {
-        for target in ["relay", "patchbay"] {
-            let server = if target == "relay" {
-                Server::relay()
-            } else {
-                Server::patchbay(&o.patchbay)
+        let mut rows: [Vec<Row>; 2] = [Vec::new(), Vec::new()];
+        for _ in 0..o.rounds {
+            for (i, target) in ["relay", "patchbay"].into_iter().enumerate() {
+                let server = if target == "relay" {
+                    Server::relay()
+                } else {
+                    Server::patchbay(&o.patchbay)
+                };
+                rows[i].push(measure(&server, target, subs, &o).await);
+            }
+        }
+        for (target, runs) in ["relay", "patchbay"].into_iter().zip(rows) {
+            let median = |f: fn(&Row) -> f64| {
+                let mut values: Vec<f64> = runs.iter().map(f).collect();
+                values.sort_by(f64::total_cmp);
+                values[values.len() / 2]
             };
-            let r = measure(&server, target, subs, &o).await;
+            let p99 = if runs.len() > 1 {
+                let (lo, hi) = runs.iter().fold((f64::MAX, f64::MIN), |(lo, hi), r| {
+                    (lo.min(r.p99), hi.max(r.p99))
+                });
+                format!("{:.3} ({lo:.3}–{hi:.3})", median(|r| r.p99))
+            } else {
+                format!("{:.3}", median(|r| r.p99))
+            };
             println!(
-                "| {} | {} | {:.0} | {:.1}% | {:.3} | {:.3} | {:.3} | {:.1} |",
-                r.target,
-                r.subscribers,
-                r.throughput,
-                r.delivered * 100.0,
-                r.p50,
-                r.p99,
-                r.p999,
-                r.peak_mb
+                "| {target} | {subs} | {:.0} | {:.1}% | {:.3} | {p99} | {:.3} | {:.1} |",
+                median(|r| r.throughput),
+                median(|r| r.delivered) * 100.0,
+                median(|r| r.p50),
+                median(|r| r.p999),
+                median(|r| r.peak_mb),
             );
         }
     }
