@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use patchbay_graph::backoff::Backoff;
+use patchbay_graph::backoff::{self, Backoff};
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
     Source, SourceContext,
@@ -64,12 +64,7 @@ fn parse_config(options: &Options<'_>) -> Result<EscapementConfig, Diagnostic> {
     if rest.is_empty() || rest.starts_with('/') {
         return Err(options.error_at("url", "`url` has no host"));
     }
-    if config.backoff_initial_ms == 0 {
-        return Err(options.error_at("backoff_initial_ms", "must be at least 1"));
-    }
-    if config.backoff_max_ms < config.backoff_initial_ms {
-        return Err(options.error_at("backoff_max_ms", "must be at least `backoff_initial_ms`"));
-    }
+    backoff::check_delays(options, config.backoff_initial_ms, config.backoff_max_ms)?;
     if config.max_attempts == Some(0) {
         return Err(options.error_at(
             "max_attempts",

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use patchbay_graph::backoff::Backoff;
+use patchbay_graph::backoff::{self, Backoff};
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
     Source, SourceContext,
@@ -97,15 +97,12 @@ fn parse_config(options: &Options<'_>) -> Result<OpenClawConfig, Diagnostic> {
     for (key, value) in [
         ("connect_timeout_ms", config.connect_timeout_ms),
         ("max_attempts", u64::from(config.max_attempts)),
-        ("backoff_initial_ms", config.backoff_initial_ms),
     ] {
         if value == 0 {
             return Err(options.error_at(key, "must be at least 1"));
         }
     }
-    if config.backoff_max_ms < config.backoff_initial_ms {
-        return Err(options.error_at("backoff_max_ms", "must be at least `backoff_initial_ms`"));
-    }
+    backoff::check_delays(options, config.backoff_initial_ms, config.backoff_max_ms)?;
     Ok(config)
 }
 

@@ -54,7 +54,7 @@ use crate::{
     ACP_COMMAND_PATH, AcpClientContext, AcpCommander, AcpRequest, HandshakeOptions, PalyraDecoder,
     RealtimeResume, Subscription,
 };
-use patchbay_graph::backoff::Backoff;
+use patchbay_graph::backoff::{self, Backoff};
 
 /// The component type name in configs.
 pub const TYPE_NAME: &str = "palyra";
@@ -183,12 +183,7 @@ impl PalyraConfig {
         if config.command_attempts == 0 {
             return Err(options.error_at("command_attempts", "must be at least 1"));
         }
-        if config.backoff_initial_ms == 0 || config.backoff_max_ms < config.backoff_initial_ms {
-            return Err(options.error_at(
-                "backoff_max_ms",
-                "backoff delays must be positive, max ≥ initial",
-            ));
-        }
+        backoff::check_delays(options, config.backoff_initial_ms, config.backoff_max_ms)?;
         Ok(config)
     }
 

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use patchbay_graph::backoff::{Backoff, retry_detail};
+use patchbay_graph::backoff::{self, Backoff, retry_detail};
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Registry, Source,
     SourceContext,
@@ -113,12 +113,7 @@ impl SseSourceConfig {
                 ));
             }
         }
-        if config.backoff_initial_ms == 0 || config.backoff_max_ms < config.backoff_initial_ms {
-            return Err(options.error_at(
-                "backoff_max_ms",
-                "backoff delays must be positive, max ≥ initial",
-            ));
-        }
+        backoff::check_delays(options, config.backoff_initial_ms, config.backoff_max_ms)?;
         if config.max_attempts == Some(0) {
             return Err(options.error_at("max_attempts", "must be at least 1"));
         }

@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
-use patchbay_graph::backoff::{Backoff, retry_detail};
+use patchbay_graph::backoff::{self, Backoff, retry_detail};
 
 /// `[sources.NAME] type = "websocket"`.
 #[derive(Clone, Deserialize)]
@@ -96,12 +96,7 @@ impl WebSocketConfig {
                 ));
             }
         }
-        if config.backoff_initial_ms == 0 || config.backoff_max_ms < config.backoff_initial_ms {
-            return Err(options.error_at(
-                "backoff_max_ms",
-                "backoff delays must be positive, max ≥ initial",
-            ));
-        }
+        backoff::check_delays(options, config.backoff_initial_ms, config.backoff_max_ms)?;
         if config.max_attempts == Some(0) {
             return Err(options.error_at("max_attempts", "must be at least 1"));
         }

@@ -32,7 +32,8 @@ fn sse_options() {
     assert_eq!(errors(ok), "");
     assert!(errors(&ok.replace("http://", "https://")).contains("https://"));
     assert!(
-        errors(&ok.replace("backoff_max_ms = 100", "backoff_max_ms = 1")).contains("max ≥ initial")
+        errors(&ok.replace("backoff_max_ms = 100", "backoff_max_ms = 1"))
+            .contains("at least `backoff_initial_ms`")
     );
     assert!(!errors(&format!("{ok}\nping_interval_ms = 2")).is_empty());
 }

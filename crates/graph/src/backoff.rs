@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::config::{Diagnostic, Options};
+
 /// Delays between reconnection attempts: attempt `n` (1-based, counted since the last
 /// success) waits `min(initial·2^(n−1), max)`, plus up to a quarter of that as jitter
 /// so that many clients of one restarted peer do not reconnect in lockstep.
@@ -58,6 +60,18 @@ impl Backoff {
     pub fn reset(&mut self) {
         self.attempts = 0;
     }
+}
+
+/// Checks a transport's `backoff_initial_ms` and `backoff_max_ms` options: the first
+/// delay at least 1 ms, the cap at least the first delay. The error points at the key.
+pub fn check_delays(options: &Options<'_>, initial_ms: u64, max_ms: u64) -> Result<(), Diagnostic> {
+    if initial_ms == 0 {
+        return Err(options.error_at("backoff_initial_ms", "must be at least 1"));
+    }
+    if max_ms < initial_ms {
+        return Err(options.error_at("backoff_max_ms", "must be at least `backoff_initial_ms`"));
+    }
+    Ok(())
 }
 
 /// The health detail of a source waiting to reconnect: `retrying in 4 s: <reason>`.
