@@ -72,7 +72,7 @@ fn signals(n: usize) -> Vec<SharedSignal> {
 }
 
 fn bench_chain(c: &mut Criterion, name: &str, config: &str) {
-    let graph = compile(&[SourceText::new(name, config)], &patchbay_cli::registry())
+    let graph = compile(&[SourceText::new(name, config)], &patchbay::registry())
         .unwrap_or_else(|e| panic!("{e:?}"));
     let input = signals(10_000);
     let mut group = c.benchmark_group("filter_chain");

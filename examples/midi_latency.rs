@@ -127,7 +127,7 @@ async fn main() {
     );
     let graph = patchbay_graph::compile(
         &[patchbay_graph::SourceText::new("latency.toml", config)],
-        &patchbay_cli::registry(),
+        &patchbay::registry(),
     )
     .unwrap_or_else(|errors| panic!("the pipeline does not compile: {errors:?}"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

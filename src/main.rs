@@ -1,5 +1,5 @@
 //! The `patchbay` binary: see `patchbay --help` and the README.
 
 fn main() -> std::process::ExitCode {
-    patchbay_cli::main()
+    patchbay::main()
 }

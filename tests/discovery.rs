@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use patchbay_cli::discovery::{
+use patchbay::discovery::{
     DiscoveryConfig, MidiListing, Service, ServiceKind, ServiceState, discover, render_table,
 };
 use patchbay_testkit::scratch::ScratchDir;

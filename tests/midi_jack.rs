@@ -209,7 +209,7 @@ fn check_binary(server: &str) {
     assert!(
         !stdout.contains("MIDI backend: alsa") && !stderr.contains("ALSA sequencer"),
         "patchbay was built with the ALSA backend: run `cargo test --features jack` (root \
-         feature `jack` → patchbay-cli/jack → patchbay-midi/jack)\n{stdout}{stderr}"
+         feature `jack` → patchbay/jack → patchbay-midi/jack)\n{stdout}{stderr}"
     );
     assert!(
         output.status.success() && stdout.contains("MIDI backend: jack"),

@@ -12,12 +12,24 @@
 mod messages;
 mod stream;
 
+use patchbay_graph::Adapter;
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::now_ms;
 
 pub use messages::MessagesDecoder;
 pub use stream::AnthropicStreamDecoder;
+
+/// The decoder of `patchbay parse --protocol anthropic` (the `anthropic` components are the LLM
+/// proxy's).
+pub const ADAPTER: Adapter = Adapter {
+    name: "anthropic",
+    protocol: "anthropic",
+    summary: "Anthropic Messages (streamed or whole), for `parse`",
+    components: &[],
+    parse: Some(parse_decoder),
+    wrap: None,
+};
 
 /// The decoder `patchbay parse --protocol anthropic` drives: raw SSE text or one JSON
 /// event per line.

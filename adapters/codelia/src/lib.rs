@@ -69,15 +69,35 @@ pub use decode::{CodeliaDecoder, CodeliaStream, PendingRequest};
 pub use transport::CodeliaConfig;
 pub use wrap::{DEFAULT_PUBLISH_URL, WrapObserver, wrap, wrap_io};
 
-use patchbay_graph::Registry;
-use patchbay_signal::decode::StreamDecoder;
+use patchbay_graph::descriptor::WrapError;
+use patchbay_graph::{Adapter, BoxFuture, ComponentType, Role, WrapRequest, options_of};
 
-/// Registers `type = "codelia"`: as an output it talks both ways (prompts and controls
-/// to the runtime, its messages out of `NAME.inbound`; the queue blocks when full); as a
-/// source it only listens.
-pub fn register(registry: &mut Registry) {
-    registry.link("codelia", transport::build_source, transport::build_output);
+/// `type = "codelia"`: as an output it talks both ways (prompts and controls to the
+/// runtime, its messages out of `NAME.inbound`); as a source it only listens. Also the
+/// decoder of `patchbay parse --protocol codelia` and the wrapper of `patchbay wrap
+/// --protocol codelia`.
+pub const ADAPTER: Adapter = Adapter {
+    name: "codelia",
+    protocol: "codelia",
+    summary: "Codelia agent runtimes over stdio (JSON-RPC)",
+    components: &[ComponentType {
+        name: "codelia",
+        summary: "a Codelia runtime started as a child process: prompts and controls in, its messages out",
+        role: Role::Link {
+            source: transport::build_source,
+            output: transport::build_output,
+        },
+        options: options_of::<CodeliaConfig>,
+    }],
+    parse: Some(parse_decoder),
+    wrap: Some(wrap_request),
+};
+
+/// `patchbay wrap --protocol codelia`: [`wrap`] on the request (it has no `--name`).
+fn wrap_request(request: WrapRequest) -> BoxFuture<Result<i32, WrapError>> {
+    Box::pin(async move { wrap(request.command, request.to).await.map_err(Into::into) })
 }
+use patchbay_signal::decode::StreamDecoder;
 
 /// The decoder `patchbay parse --protocol codelia` drives: NDJSON, one JSON-RPC message
 /// per line, bare or recorded (`{"t","dir","msg"}`; only `dir: "in"`, runtime → UI, is

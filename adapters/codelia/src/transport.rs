@@ -28,7 +28,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(3);
 
 /// `[outputs.NAME]` (two-way) or `[sources.NAME]` (listen only) with `type = "codelia"`:
 /// a Codelia runtime patchbay starts and talks to as its UI.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CodeliaConfig {
     /// The runtime's command line, program first (e.g. `["node",

@@ -228,7 +228,7 @@ async fn wrap_without_a_command_is_an_error() {
 
 fn registry() -> Registry {
     let mut r = Registry::new();
-    patchbay_codelia::register(&mut r);
+    r.adapter(&patchbay_codelia::ADAPTER);
     r
 }
 

@@ -70,19 +70,28 @@ pub use replay::ReplayGuard;
 pub use transport::EscapementConfig;
 pub use ui::{UiFrameError, ui_frame_to_signal};
 
-use patchbay_graph::Registry;
-use patchbay_signal::decode::StreamDecoder;
+use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 
-/// Registers `type = "escapement"`: as an output it talks both ways (controls out, the
-/// agent's frames in through `NAME.inbound`; its queue blocks when full, so a pause is
-/// never dropped); as a source it only listens.
-pub fn register(registry: &mut Registry) {
-    registry.link(
-        "escapement",
-        transport::build_source,
-        transport::build_output,
-    );
-}
+/// `type = "escapement"`: as an output it talks both ways (controls out, the agent's
+/// frames in through `NAME.inbound`); as a source it only listens. Also the decoder of
+/// `patchbay parse --protocol escapement`.
+pub const ADAPTER: Adapter = Adapter {
+    name: "escapement",
+    protocol: "escapement",
+    summary: "Escapement agents over a WebSocket",
+    components: &[ComponentType {
+        name: "escapement",
+        summary: "an Escapement agent's WebSocket: its events in, pause/step/answer controls out",
+        role: Role::Link {
+            source: transport::build_source,
+            output: transport::build_output,
+        },
+        options: options_of::<EscapementConfig>,
+    }],
+    parse: Some(parse_decoder),
+    wrap: None,
+};
+use patchbay_signal::decode::StreamDecoder;
 
 /// The decoder `patchbay parse --protocol escapement` drives: NDJSON, one frame per line,
 /// bare or recorded (`{"t","dir","frame"}`, only `dir: "in"` lines are decoded). Frames

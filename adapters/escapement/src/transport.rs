@@ -21,7 +21,7 @@ use crate::replay::ReplayGuard;
 
 /// `[outputs.NAME]` (two-way) or `[sources.NAME]` (listen only) with `type =
 /// "escapement"`: one WebSocket connection to an Escapement agent.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EscapementConfig {
     /// The agent's WebSocket, `ws://HOST:PORT/PATH` (plain WebSocket; no TLS).

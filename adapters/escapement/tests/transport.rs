@@ -17,8 +17,8 @@ use tokio_tungstenite::tungstenite::Message;
 
 fn registry() -> Registry {
     let mut r = Registry::new();
-    patchbay_ndjson::register(&mut r);
-    patchbay_escapement::register(&mut r);
+    r.adapter(&patchbay_ndjson::ADAPTER);
+    r.adapter(&patchbay_escapement::ADAPTER);
     r
 }
 

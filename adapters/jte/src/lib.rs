@@ -30,6 +30,8 @@ pub mod pty;
 pub mod signals;
 pub mod wrap;
 
+use patchbay_graph::descriptor::WrapError;
+use patchbay_graph::{Adapter, BoxFuture, WrapRequest};
 use patchbay_signal::decode::StreamDecoder;
 
 pub use encode::{EncodeError, control_command_name, encode_control, encode_escape};
@@ -39,6 +41,24 @@ pub use parser::{
 };
 pub use signals::{JteDecoder, JteSignals, command_signal};
 pub use wrap::{DEFAULT_TO, WrapOptions, wrap, wrap_with};
+
+/// The decoder of `patchbay parse --protocol jte` and the wrapper of `patchbay wrap
+/// --protocol jte`.
+pub const ADAPTER: Adapter = Adapter {
+    name: "jte",
+    protocol: "jte",
+    summary: "JSON terminal escapes: a program's signals from its terminal output",
+    components: &[],
+    parse: Some(parse_decoder),
+    wrap: Some(wrap_request),
+};
+
+/// `patchbay wrap --protocol jte`: [`wrap_with`] on the request.
+fn wrap_request(request: WrapRequest) -> BoxFuture<Result<i32, WrapError>> {
+    let mut options = WrapOptions::new(request.command, request.to);
+    options.name = request.name;
+    Box::pin(async move { wrap_with(options).await.map_err(Into::into) })
+}
 
 /// The decoder `patchbay parse --protocol jte` drives: raw terminal output bytes in,
 /// signals out (the passthrough output is dropped).

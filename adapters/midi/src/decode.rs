@@ -35,7 +35,7 @@ const STRAY_KEEP: usize = 32;
 
 /// Options of a MIDI decoder (the `[sources.NAME]` keys of a `midi` source that concern
 /// decoding).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct DecoderConfig {
     /// Only this channel (1-16) passes; messages of other channels are dropped. System

@@ -20,7 +20,7 @@ use crate::{PortMatcher, encode};
 
 /// The options of an `[outputs.NAME]` table with `type = "midi"`: exactly one of `port`
 /// and `virtual`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MidiOutputConfig {
     /// The port to send to: its full name, or an unanchored regex. patchbay's own ports

@@ -20,7 +20,7 @@ pub const DEFAULT_RESCAN_MS: u64 = 1000;
 pub const MIN_RESCAN_MS: u64 = 10;
 
 /// The options of a `[sources.NAME]` table with `type = "midi"`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MidiSourceConfig {
     /// The input port: its full name, or an unanchored regex (`nanoPAD2.*`, `ctl:`).

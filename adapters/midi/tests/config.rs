@@ -6,7 +6,7 @@ use patchbay_graph::{Registry, SourceText};
 /// Compiles a config with only the MIDI components registered; the error messages.
 fn errors(config: &str) -> Vec<String> {
     let mut registry = Registry::new();
-    patchbay_midi::register(&mut registry);
+    registry.adapter(&patchbay_midi::ADAPTER);
     match patchbay_graph::compile(&[SourceText::new("midi.toml", config)], &registry) {
         Ok(_) => Vec::new(),
         Err(diagnostics) => diagnostics.iter().map(|d| d.to_string()).collect(),

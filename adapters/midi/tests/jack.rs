@@ -201,7 +201,7 @@ fn midi_source_and_output_on_jack() {
     *PROBED.lock().unwrap() = Some(probe_tx);
 
     let mut registry = Registry::new();
-    patchbay_midi::register(&mut registry);
+    registry.adapter(&patchbay_midi::ADAPTER);
     // A source that emits what the test sends it.
     let inject_tx = ChannelSource::register(&mut registry, "inject", 16);
     registry.output(

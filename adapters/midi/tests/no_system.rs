@@ -76,7 +76,7 @@ inputs = ["pads"]
 rescan_ms = 20
 "#;
     let mut registry = Registry::new();
-    patchbay_midi::register(&mut registry);
+    registry.adapter(&patchbay_midi::ADAPTER);
     registry.output(
         "probe",
         OutputKind {

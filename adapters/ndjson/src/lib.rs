@@ -13,27 +13,52 @@ mod source;
 pub use output::{FileOutputConfig, LineFormat, StdoutConfig};
 pub use source::{FileFormat, FileSourceConfig, StdinConfig};
 
-use patchbay_graph::{OutputKind, Registry, WhenFull};
+use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
 
-/// Registers `file` and `stdin` sources and `stdout` and `file` outputs.
-pub fn register(registry: &mut Registry) {
-    registry
-        .source("file", source::build_file)
-        .source("stdin", source::build_stdin)
-        .output(
-            "stdout",
-            OutputKind {
+/// The `file` and `stdin` sources and the `stdout` and `file` outputs.
+pub const ADAPTER: Adapter = Adapter {
+    name: "ndjson",
+    protocol: "sajou",
+    summary: "newline-delimited JSON envelopes: files, standard input and output",
+    components: &[
+        ComponentType {
+            name: "file",
+            summary: "read signals from an NDJSON file, or replay a recorded scenario",
+            role: Role::Source(source::build_file),
+            options: options_of::<FileSourceConfig>,
+        },
+        ComponentType {
+            name: "stdin",
+            summary: "read NDJSON signals piped on standard input",
+            role: Role::Source(source::build_stdin),
+            options: options_of::<StdinConfig>,
+        },
+        ComponentType {
+            name: "stdout",
+            summary: "write signals to standard output (readable on a terminal, NDJSON when piped)",
+            role: Role::Output(OutputKind {
                 build: output::build_stdout,
                 inbound: false,
                 when_full: WhenFull::Block,
-            },
-        )
-        .output(
-            "file",
-            OutputKind {
+            }),
+            options: options_of::<StdoutConfig>,
+        },
+        ComponentType {
+            name: "file",
+            summary: "append signals to an NDJSON file",
+            role: Role::Output(OutputKind {
                 build: output::build_file,
                 inbound: false,
                 when_full: WhenFull::Block,
-            },
-        );
+            }),
+            options: options_of::<FileOutputConfig>,
+        },
+    ],
+    parse: Some(parse_decoder),
+    wrap: None,
+};
+
+/// The decoder `patchbay parse --protocol sajou` drives: generic NDJSON envelopes.
+pub fn parse_decoder(source: &str) -> Box<dyn patchbay_signal::decode::StreamDecoder> {
+    Box::new(patchbay_signal::decode::NdjsonDecoder::new(source))
 }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 
 /// How `stdout` writes signals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LineFormat {
     /// One JSON envelope per line (NDJSON).
@@ -21,7 +21,7 @@ pub enum LineFormat {
 }
 
 /// `[outputs.NAME] type = "stdout"`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StdoutConfig {
     /// `"json"` (default), `"log"` or `"auto"`.
@@ -34,7 +34,7 @@ fn default_format() -> LineFormat {
 }
 
 /// `[outputs.NAME] type = "file"`: appends JSONL to a file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileOutputConfig {
     /// The file to append to (created if missing).

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 
 /// How a `file` source reads its lines.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FileFormat {
     /// One envelope per line (NDJSON), emitted as fast as the graph takes them.
@@ -23,7 +23,7 @@ pub enum FileFormat {
 }
 
 /// `[sources.NAME] type = "file"`: replays a file of signals.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSourceConfig {
     /// The file to read.
@@ -47,7 +47,7 @@ fn default_speed() -> f64 {
 }
 
 /// `[sources.NAME] type = "stdin"`: NDJSON envelopes from standard input.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StdinConfig {}
 

@@ -14,6 +14,7 @@ mod chat;
 mod models;
 mod stream;
 
+use patchbay_graph::Adapter;
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::now_ms;
@@ -21,6 +22,17 @@ use patchbay_signal::now_ms;
 pub use chat::ChatDecoder;
 pub use models::{ModelListError, model_ids};
 pub use stream::OpenAiStreamDecoder;
+
+/// The decoder of `patchbay parse --protocol openai` (the `openai` components are the LLM
+/// proxy's).
+pub const ADAPTER: Adapter = Adapter {
+    name: "openai",
+    protocol: "openai",
+    summary: "OpenAI-compatible chat completions (streamed or whole), for `parse`",
+    components: &[],
+    parse: Some(parse_decoder),
+    wrap: None,
+};
 
 /// The decoder `patchbay parse --protocol openai` drives: raw SSE text or one JSON chunk
 /// per line.

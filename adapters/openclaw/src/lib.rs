@@ -95,15 +95,28 @@ pub use handshake::{
 
 pub use transport::{DEFAULT_URL, OpenClawConfig, default_config_file, token_from_file};
 
-use patchbay_graph::Registry;
-use patchbay_signal::decode::StreamDecoder;
+use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 
-/// Registers `type = "openclaw"`: as an output it talks both ways (aborts to the
-/// gateway, its events out of `NAME.inbound`; the queue blocks when full); as a source
-/// it only listens.
-pub fn register(registry: &mut Registry) {
-    registry.link("openclaw", transport::build_source, transport::build_output);
-}
+/// `type = "openclaw"`: as an output it talks both ways (aborts to the gateway, its
+/// events out of `NAME.inbound`); as a source it only listens. Also the decoder of
+/// `patchbay parse --protocol openclaw`.
+pub const ADAPTER: Adapter = Adapter {
+    name: "openclaw",
+    protocol: "openclaw",
+    summary: "an OpenClaw gateway over a WebSocket",
+    components: &[ComponentType {
+        name: "openclaw",
+        summary: "an OpenClaw gateway: agent and chat events in, aborts out",
+        role: Role::Link {
+            source: transport::build_source,
+            output: transport::build_output,
+        },
+        options: options_of::<OpenClawConfig>,
+    }],
+    parse: Some(parse_decoder),
+    wrap: None,
+};
+use patchbay_signal::decode::StreamDecoder;
 
 /// The decoder `patchbay parse --protocol openclaw` drives: NDJSON, one frame per line,
 /// bare or recorded (`{"t","dir","frame"}`; only `dir: "in"` lines are decoded).

@@ -25,7 +25,7 @@ pub const DEFAULT_URL: &str = "ws://127.0.0.1:18789";
 
 /// `[outputs.NAME]` (two-way) or `[sources.NAME]` (listen only) with `type =
 /// "openclaw"`: one WebSocket connection to an OpenClaw gateway.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenClawConfig {
     /// The gateway, `ws://HOST:PORT` (default `ws://127.0.0.1:18789`; no TLS).

@@ -133,7 +133,7 @@ async fn gateway(
 
 fn registry() -> Registry {
     let mut r = Registry::new();
-    patchbay_openclaw::register(&mut r);
+    r.adapter(&patchbay_openclaw::ADAPTER);
     r
 }
 

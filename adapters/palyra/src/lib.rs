@@ -28,6 +28,7 @@ pub mod decode;
 pub mod realtime;
 pub mod transport;
 
+use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
 pub use acp::{
@@ -36,7 +37,27 @@ pub use acp::{
 };
 pub use decode::PalyraDecoder;
 pub use realtime::{HandshakeOptions, RealtimeResume, Subscription};
-pub use transport::{Mode, PalyraConfig, Secret, register};
+pub use transport::{Mode, PalyraConfig, Secret};
+
+/// `type = "palyra"`: as an output it talks both ways (prompts and controls to the
+/// daemon, its events out of `NAME.inbound`); as a source it only listens. Also the decoder
+/// of `patchbay parse --protocol palyra`.
+pub const ADAPTER: Adapter = Adapter {
+    name: "palyra",
+    protocol: "palyra",
+    summary: "Palyra agents: the daemon's realtime WebSocket and its ACP bridge",
+    components: &[ComponentType {
+        name: "palyra",
+        summary: "a Palyra daemon: console events in, prompts and controls out",
+        role: Role::Link {
+            source: transport::build_source,
+            output: transport::build_output,
+        },
+        options: options_of::<PalyraConfig>,
+    }],
+    parse: Some(parse_decoder),
+    wrap: None,
+};
 
 /// The decoder `patchbay parse --protocol palyra` drives: NDJSON whose lines are console
 /// run stream lines, realtime frames, ACP result envelopes or recorded lines

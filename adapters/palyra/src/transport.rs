@@ -39,7 +39,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use patchbay_graph::{
     BoxFuture, ComponentError, ComponentStats, Diagnostic, HealthState, Options, Output,
-    OutputContext, Registry, Source, SourceContext,
+    OutputContext, Source, SourceContext,
 };
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
@@ -61,15 +61,8 @@ pub const TYPE_NAME: &str = "palyra";
 /// The realtime WebSocket path.
 pub const REALTIME_PATH: &str = "/realtime/v1/ws";
 
-/// Registers `palyra` as a source (listen only) and as a two-way output whose received
-/// signals come out of `NAME.inbound`; the output's queue blocks when full (a cancel is
-/// never dropped).
-pub fn register(registry: &mut Registry) {
-    registry.link(TYPE_NAME, build_source, build_output);
-}
-
 /// A secret config value: never shown by `Debug`.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct Secret(pub String);
 
@@ -80,7 +73,7 @@ impl std::fmt::Debug for Secret {
 }
 
 /// Which Palyra surface a component reads.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// The realtime WebSocket (events of every run of the session).
@@ -91,7 +84,7 @@ pub enum Mode {
 }
 
 /// `[sources.NAME]` / `[outputs.NAME]` `type = "palyra"`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PalyraConfig {
     /// The daemon's base URL, `http://host:port` (plain HTTP: loopback).
@@ -253,7 +246,7 @@ impl PalyraConfig {
     }
 }
 
-fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
+pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     let config = PalyraConfig::from_options(options)?;
     if config.mode == Mode::Console && config.prompt.is_none() {
         return Err(options.error_at(
@@ -264,7 +257,7 @@ fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     Ok(Box::new(PalyraSource { config }))
 }
 
-fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
+pub(crate) fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
     Ok(Box::new(PalyraOutput {
         config: PalyraConfig::from_options(options)?,
     }))

@@ -14,8 +14,8 @@ async fn realtime_resume_and_acp_commands() {
     let (config, out) = palyra_e2e::write_pipeline(&dir, port);
 
     let mut registry = Registry::new();
-    patchbay_ndjson::register(&mut registry);
-    patchbay_palyra::register(&mut registry);
+    registry.adapter(&patchbay_ndjson::ADAPTER);
+    registry.adapter(&patchbay_palyra::ADAPTER);
     let text = std::fs::read_to_string(&config).expect("config");
     let graph = compile(
         &[SourceText::new(config.display().to_string(), text)],
@@ -79,8 +79,8 @@ path = "{b}"
         b = out_output.display(),
     );
     let mut registry = Registry::new();
-    patchbay_ndjson::register(&mut registry);
-    patchbay_palyra::register(&mut registry);
+    registry.adapter(&patchbay_ndjson::ADAPTER);
+    registry.adapter(&patchbay_palyra::ADAPTER);
     let graph = compile(&[SourceText::new("console.toml", config)], &registry)
         .unwrap_or_else(|e| panic!("config compiles: {e:?}"));
     let running = RunningGraph::spawn(graph);

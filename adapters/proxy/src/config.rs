@@ -6,7 +6,7 @@ use patchbay_graph::{Diagnostic, Options};
 use serde::Deserialize;
 
 /// A secret config value (an API key): never shown by `Debug`.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct Secret(pub String);
 
@@ -17,7 +17,7 @@ impl std::fmt::Debug for Secret {
 }
 
 /// How an `openai`/`anthropic` component gets its streams.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// A transparent tap proxy (a source): clients point their base URL at `listen`.
@@ -34,7 +34,7 @@ pub enum Mode {
 /// `timeout_ms`, and `api_key` (used only for the health poll of `/v1/models`; clients
 /// send their own keys, which pass through). Prompt mode (under `[outputs]`): `url`,
 /// `model`, `api_key`, `max_tokens`, `system`, `timeout_ms`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
     /// `"proxy"` (default) or `"prompt"`.

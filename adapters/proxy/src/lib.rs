@@ -35,7 +35,52 @@ mod config;
 mod proxy;
 mod tap;
 
-use patchbay_graph::{OutputKind, Registry, WhenFull};
+use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
+
+/// `openai` and `anthropic`, each as a source (proxy mode) and as a two-way output (prompt
+/// mode, signals out of `NAME.inbound`, queue blocking when full so that no prompt is
+/// dropped).
+pub const ADAPTER: Adapter = Adapter {
+    name: "proxy",
+    protocol: "proxy",
+    summary: "LLM APIs (OpenAI-compatible, Anthropic): a tap proxy, and prompts from the graph",
+    components: &[
+        ComponentType {
+            name: "openai",
+            summary: "a tap proxy in front of an OpenAI-compatible API (Ollama, LM Studio, OpenAI)",
+            role: Role::Source(component::build_openai_source),
+            options: options_of::<LlmConfig>,
+        },
+        ComponentType {
+            name: "anthropic",
+            summary: "a tap proxy in front of the Anthropic Messages API",
+            role: Role::Source(component::build_anthropic_source),
+            options: options_of::<LlmConfig>,
+        },
+        ComponentType {
+            name: "openai",
+            summary: "prompt mode: sends prompts, the streamed answer comes out of NAME.inbound",
+            role: Role::Output(OutputKind {
+                build: component::build_openai_output,
+                inbound: true,
+                when_full: WhenFull::Block,
+            }),
+            options: options_of::<LlmConfig>,
+        },
+        ComponentType {
+            name: "anthropic",
+            summary: "prompt mode: sends prompts, the streamed answer comes out of NAME.inbound",
+            role: Role::Output(OutputKind {
+                build: component::build_anthropic_output,
+                inbound: true,
+                when_full: WhenFull::Block,
+            }),
+            options: options_of::<LlmConfig>,
+        },
+    ],
+    parse: None,
+    wrap: None,
+};
 
 pub use api::{ANTHROPIC_VERSION, Api, RequestSummary, ResponseDecoder, error_body};
 pub use component::{PromptOutput, ProxySource};
@@ -46,28 +91,3 @@ pub use proxy::{
     DESCRIPTION_MAX, MAX_REQUEST_BODY, ProxyState, http_client, poll_models, router, serve,
 };
 pub use tap::{EMIT_BUFFER, Emitter, MAX_DECODED_BODY, Tap};
-
-/// Registers `openai` and `anthropic`, each as a source (proxy mode) and as a two-way
-/// output (prompt mode, signals out of `NAME.inbound`, queue blocking when full so that no
-/// prompt is dropped).
-pub fn register(registry: &mut Registry) {
-    registry
-        .source("openai", component::build_openai_source)
-        .source("anthropic", component::build_anthropic_source)
-        .output(
-            "openai",
-            OutputKind {
-                build: component::build_openai_output,
-                inbound: true,
-                when_full: WhenFull::Block,
-            },
-        )
-        .output(
-            "anthropic",
-            OutputKind {
-                build: component::build_anthropic_output,
-                inbound: true,
-                when_full: WhenFull::Block,
-            },
-        );
-}

@@ -4,8 +4,8 @@ use patchbay_graph::{Registry, SourceText, compile};
 
 fn errors(config: &str) -> String {
     let mut registry = Registry::new();
-    patchbay_ndjson::register(&mut registry);
-    patchbay_proxy::register(&mut registry);
+    registry.adapter(&patchbay_ndjson::ADAPTER);
+    registry.adapter(&patchbay_proxy::ADAPTER);
     match compile(&[SourceText::new("llm.toml", config)], &registry) {
         Ok(_) => String::new(),
         Err(diagnostics) => format!("{diagnostics:?}"),

@@ -18,8 +18,8 @@ struct InProcess {
 impl proxy_e2e::Patchbay for InProcess {
     async fn start(&mut self, config: &Path) {
         let mut registry = Registry::new();
-        patchbay_ndjson::register(&mut registry);
-        patchbay_proxy::register(&mut registry);
+        registry.adapter(&patchbay_ndjson::ADAPTER);
+        registry.adapter(&patchbay_proxy::ADAPTER);
         let text = std::fs::read_to_string(config).expect("config");
         let graph = compile(
             &[SourceText::new(config.display().to_string(), text)],

@@ -76,8 +76,8 @@ inputs = ["gpt.inbound", "claude.inbound"]
         url = replay.url,
     );
     let mut registry = Registry::new();
-    patchbay_ndjson::register(&mut registry);
-    patchbay_proxy::register(&mut registry);
+    registry.adapter(&patchbay_ndjson::ADAPTER);
+    registry.adapter(&patchbay_proxy::ADAPTER);
     let graph = compile(&[SourceText::new("prompt.toml", config)], &registry)
         .unwrap_or_else(|e| panic!("{e:?}"));
     let graph = RunningGraph::spawn(graph);

@@ -18,8 +18,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use patchbay_graph::backoff::{self, Backoff, retry_detail};
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Registry, Source,
-    SourceContext,
+    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Source, SourceContext,
 };
 use patchbay_signal::normalize::Decoded;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -30,13 +29,8 @@ use crate::{SseDecoder, SseEvent, SseParser};
 /// The component type name.
 pub const TYPE_NAME: &str = "sse";
 
-/// Registers the `sse` source.
-pub fn register(registry: &mut Registry) {
-    registry.source(TYPE_NAME, build);
-}
-
 /// `[sources.NAME] type = "sse"`.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SseSourceConfig {
     /// The event stream, `http://host:port/path`.
@@ -124,7 +118,7 @@ impl SseSourceConfig {
     }
 }
 
-fn build(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
+pub(crate) fn build(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     Ok(Box::new(SseSource {
         config: SseSourceConfig::from_options(options)?,
     }))

@@ -16,14 +16,24 @@
 
 mod source;
 
-use patchbay_graph::Registry;
+use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 
 pub use source::{WebSocketConfig, WebSocketSource};
 
 /// The component type name.
 pub const TYPE_NAME: &str = "websocket";
 
-/// Registers the `websocket` source.
-pub fn register(registry: &mut Registry) {
-    registry.source(TYPE_NAME, source::build);
-}
+/// The `websocket` source.
+pub const ADAPTER: Adapter = Adapter {
+    name: TYPE_NAME,
+    protocol: "websocket",
+    summary: "any WebSocket server that sends JSON or text frames",
+    components: &[ComponentType {
+        name: "websocket",
+        summary: "a WebSocket feed: each text frame decoded as a signal (NDJSON, SSE or plain)",
+        role: Role::Source(source::build),
+        options: options_of::<WebSocketConfig>,
+    }],
+    parse: None,
+    wrap: None,
+};

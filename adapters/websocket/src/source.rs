@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use patchbay_graph::backoff::{self, Backoff, retry_detail};
 
 /// `[sources.NAME] type = "websocket"`.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebSocketConfig {
     /// The server, `ws://host:port/path`.

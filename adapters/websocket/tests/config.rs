@@ -4,9 +4,9 @@ use patchbay_graph::{Registry, SourceText, compile};
 
 fn errors(source: &str) -> String {
     let mut registry = Registry::new();
-    patchbay_ndjson::register(&mut registry);
-    patchbay_websocket::register(&mut registry);
-    patchbay_sse::register(&mut registry);
+    registry.adapter(&patchbay_ndjson::ADAPTER);
+    registry.adapter(&patchbay_websocket::ADAPTER);
+    registry.adapter(&patchbay_sse::ADAPTER);
     let config =
         format!("[sources.s]\n{source}\n[outputs.out]\ntype = \"stdout\"\ninputs = [\"s\"]\n");
     match compile(&[SourceText::new("s.toml", config)], &registry) {

@@ -24,9 +24,9 @@ struct InProcess {
 impl generic_e2e::Patchbay for InProcess {
     async fn start(&mut self, config: &Path) {
         let mut registry = Registry::new();
-        patchbay_ndjson::register(&mut registry);
-        patchbay_websocket::register(&mut registry);
-        patchbay_sse::register(&mut registry);
+        registry.adapter(&patchbay_ndjson::ADAPTER);
+        registry.adapter(&patchbay_websocket::ADAPTER);
+        registry.adapter(&patchbay_sse::ADAPTER);
         registry.output(
             "probe",
             OutputKind {

@@ -80,7 +80,7 @@ inputs = ["pongless", "nowhere"]
 "#
     );
     let mut registry = Registry::new();
-    patchbay_websocket::register(&mut registry);
+    registry.adapter(&patchbay_websocket::ADAPTER);
     registry.output(
         "probe",
         OutputKind {

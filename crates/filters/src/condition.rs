@@ -147,6 +147,9 @@ fn contains(found: Found<'_>, needle: &Value) -> bool {
     }
 }
 
+// A table of `path = condition`, an array of such tables (alternatives), or jq.
+patchbay_graph::described_as!(Condition, {"type": ["object", "array", "string"]});
+
 impl<'de> Deserialize<'de> for Condition {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(ConditionVisitor)

@@ -27,7 +27,7 @@ use crate::{ConfigError, RESET};
 ///
 /// What does not pass leaves by `NAME.dropped`. A `reset` signal clears every key's `last`
 /// and passes on.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeltaConfig {
     /// The value to watch (a dot path).

@@ -41,6 +41,8 @@ impl fmt::Debug for JqExpr {
     }
 }
 
+patchbay_graph::described_as!(JqExpr, {"type": "string"});
+
 impl<'de> Deserialize<'de> for JqExpr {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let code = String::deserialize(deserializer)?;

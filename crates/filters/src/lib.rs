@@ -35,7 +35,7 @@ mod properties;
 #[cfg(test)]
 mod testing;
 
-use patchbay_graph::{Diagnostic, FilterSpec, Options};
+use patchbay_graph::{Adapter, ComponentType, Diagnostic, Options, Role, options_of};
 
 pub use condition::Condition;
 pub use delta::{Delta, DeltaConfig};
@@ -46,19 +46,46 @@ pub use sample::{Sample, SampleConfig};
 pub use throttle::{EmitMode, Throttle, ThrottleConfig};
 pub use when::{When, WhenConfig};
 
-/// Builds a filter from its options table.
-pub type Builder = fn(&Options<'_>) -> Result<FilterSpec, Diagnostic>;
-
-/// The five built-in filters, by their `type` name.
-pub fn builders() -> Vec<(&'static str, Builder)> {
-    vec![
-        ("throttle", throttle::build),
-        ("sample", sample::build),
-        ("delta", delta::build),
-        ("when", when::build),
-        ("map", map::build),
-    ]
-}
+/// The built-in filters, described for the registry and `patchbay components`.
+pub const ADAPTER: Adapter = Adapter {
+    name: "filters",
+    protocol: "filters",
+    summary: "built-in filters: rate limits, sampling, change detection, conditions, mapping",
+    components: &[
+        ComponentType {
+            name: "throttle",
+            summary: "at most one signal per key per interval (first, last or both)",
+            role: Role::Filter(throttle::build),
+            options: options_of::<ThrottleConfig>,
+        },
+        ComponentType {
+            name: "sample",
+            summary: "keep a fraction of the signals, or one in N, per key",
+            role: Role::Filter(sample::build),
+            options: options_of::<SampleConfig>,
+        },
+        ComponentType {
+            name: "delta",
+            summary: "pass a signal only when a value changed (by at least a threshold)",
+            role: Role::Filter(delta::build),
+            options: options_of::<DeltaConfig>,
+        },
+        ComponentType {
+            name: "when",
+            summary: "pass the signals a condition (operators or jq) holds for",
+            role: Role::Filter(when::build),
+            options: options_of::<WhenConfig>,
+        },
+        ComponentType {
+            name: "map",
+            summary: "rewrite signals: set, rename, scale, retype, or a jq expression",
+            role: Role::Filter(map::build),
+            options: options_of::<MapConfig>,
+        },
+    ],
+    parse: None,
+    wrap: None,
+};
 
 /// The `type` of the signal that clears the state of every keyed filter it goes through.
 pub const RESET: &str = "reset";

@@ -57,7 +57,7 @@ pub const MAX_OUTPUTS: usize = 1000;
 /// number), the step is skipped, a moved value is put back, and the reason is recorded in
 /// `metadata.mapError`. A signal of a well-known type is repaired to stay valid (fields the
 /// schema does not allow move to `metadata.extra`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MapConfig {
     /// Only signals matching this condition are mapped (an operator table, an array of
@@ -82,7 +82,7 @@ pub struct MapConfig {
 }
 
 /// One move of `mappings`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mapping {
     /// Where the value is taken from.
@@ -96,7 +96,7 @@ pub struct Mapping {
 pub struct SetValues(pub Vec<(Path, Value)>);
 
 /// Options of `scale`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScaleConfig {
     /// The number to rescale.
@@ -114,7 +114,7 @@ pub struct ScaleConfig {
 
 /// How `scale` maps its input range to its output range. With `t = (x − a) / (b − a)`
 /// (the input normalized, 0 at `a`, 1 at `b`):
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ScaleFn {
     /// `c + t·(d − c)`, without clamping: inputs outside `in` extrapolate.
@@ -188,6 +188,8 @@ fn signal_type<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Stri
     }
     Ok(Some(kind))
 }
+
+patchbay_graph::described_as!(SetValues, {"type": "object"});
 
 impl<'de> Deserialize<'de> for SetValues {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

@@ -15,6 +15,9 @@ pub const DEFAULT_MAX_KEYS: u64 = 10_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DotPath(pub Path);
 
+patchbay_graph::described_as!(DotPath, {"type": "string"});
+patchbay_graph::described_as!(Rate, {"type": "string"});
+
 impl<'de> Deserialize<'de> for DotPath {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;

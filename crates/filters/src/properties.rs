@@ -7,7 +7,7 @@ use patchbay_graph::{FilterSpec, Port};
 use patchbay_signal::Signal;
 
 use crate::testing::{Driver, config, keyed, reset};
-use crate::{DeltaConfig, SampleConfig, ThrottleConfig, WhenConfig, builders};
+use crate::{ADAPTER, DeltaConfig, SampleConfig, ThrottleConfig, WhenConfig};
 
 /// A tiny deterministic generator (xorshift64*), so failures reproduce.
 struct Rng(u64);
@@ -164,6 +164,6 @@ fn leading_throttle_passes_exactly_when_a_full_interval_elapsed() {
 
 #[test]
 fn builders_are_the_five_filters() {
-    let names: Vec<&str> = builders().into_iter().map(|(name, _)| name).collect();
+    let names: Vec<&str> = ADAPTER.components.iter().map(|c| c.name).collect();
     assert_eq!(names, ["throttle", "sample", "delta", "when", "map"]);
 }

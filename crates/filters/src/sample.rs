@@ -32,7 +32,7 @@ pub const DEFAULT_SEED: u64 = 0x5EED_0F5A_4D1E;
 /// A `reset` signal emits the windows' held signals (in order of window end), clears every
 /// key's state (counters, random streams) and passes on. A key evicted by `max_keys` first
 /// emits its held signal.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SampleConfig {
     /// Pass one signal in this many (≥ 1), starting with the first.

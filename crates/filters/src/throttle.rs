@@ -31,7 +31,7 @@ use crate::{ConfigError, RESET};
 /// Replaced and dropped signals leave by `NAME.dropped`. At end of input, on a `reset`
 /// signal and when `max_keys` evicts a key, pending signals are emitted (in order of due
 /// time), so nothing accepted is lost.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThrottleConfig {
     /// Milliseconds between passed signals (≥ 1). Exactly one of `interval_ms` and
@@ -60,7 +60,7 @@ pub struct ThrottleConfig {
 }
 
 /// Which signals of a burst a throttle delivers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EmitMode {
     /// The first, at once; the rest are dropped.

@@ -19,7 +19,7 @@ use crate::jq::JqExpr;
 /// ```
 ///
 /// See [`crate::condition`] for the operators and their exact meaning.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WhenConfig {
     /// An operator table (`path = condition`, all must hold), an array of them (any must

@@ -14,7 +14,7 @@ pub enum Port {
 }
 
 /// Where a filter's time comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ClockKind {
     /// The machine's clock: timers fire on real time.

@@ -3,7 +3,8 @@
 //! Users write pipelines as TOML config files: sources, filters and outputs wired by
 //! their `inputs`. This crate loads and checks them ([`config`], [`compile()`]), defines the
 //! interfaces components implement ([`filter`] for filters, [`component`] for sources and
-//! outputs), and runs the graph ([`engine`] synchronously, [`runtime`] with tokio).
+//! outputs) and how an adapter describes what it offers ([`descriptor`]), and runs the
+//! graph ([`engine`] synchronously, [`runtime`] with tokio).
 //! Transports that talk both ways reach their graph ends through [`LinkEnds`]. A program
 //! that embeds a graph feeds it and reads it through channels, and runs it on a task
 //! ([`embed`]).
@@ -14,6 +15,7 @@ pub mod backoff;
 pub mod compile;
 pub mod component;
 pub mod config;
+pub mod descriptor;
 pub mod embed;
 pub mod engine;
 pub mod filter;
@@ -29,6 +31,7 @@ pub use component::{
     BoxFuture, ComponentError, Output, OutputContext, Shutdown, Source, SourceContext,
 };
 pub use config::{Diagnostic, Options, SourceText};
+pub use descriptor::{Adapter, ComponentType, Role, WrapRequest, options_of};
 pub use embed::{ChannelOutput, ChannelSource, RunningGraph};
 pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
 pub use link_ends::{GaveUp, LinkEnds};

@@ -1,10 +1,12 @@
-//! Which component types exist: the CLI registers the built-in filters and every adapter.
+//! Which component types exist: derived from the binary's list of [`Adapter`]s
+//! ([`Registry::adapter`]); an embedding program can add its own types by hand.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::component::{Output, Source};
 use crate::config::{Diagnostic, Options};
+use crate::descriptor::{Adapter, Role};
 use crate::filter::FilterSpec;
 use crate::queue::WhenFull;
 
@@ -66,6 +68,28 @@ impl Registry {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A registry of every component type of `adapters`.
+    pub fn from_adapters<'a>(adapters: impl IntoIterator<Item = &'a Adapter>) -> Self {
+        let mut registry = Registry::new();
+        for adapter in adapters {
+            registry.adapter(adapter);
+        }
+        registry
+    }
+
+    /// Registers every component type an adapter describes.
+    pub fn adapter(&mut self, adapter: &Adapter) -> &mut Self {
+        for component in adapter.components {
+            match component.role {
+                Role::Source(build) => self.source(component.name, build),
+                Role::Filter(build) => self.filter(component.name, build),
+                Role::Output(kind) => self.output(component.name, kind),
+                Role::Link { source, output } => self.link(component.name, source, output),
+            };
+        }
+        self
     }
 
     /// Registers a source type, built by a function or by a closure.

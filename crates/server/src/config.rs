@@ -9,7 +9,7 @@ use serde::Deserialize;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
 /// `[outputs.NAME] type = "sidecar"`: the options as written in the config.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SidecarConfig {
     /// `IP:PORT` to listen on (`localhost:PORT` means `127.0.0.1:PORT`); port 0 picks a
@@ -62,7 +62,7 @@ impl Default for SidecarConfig {
 }
 
 /// A secret string whose `Debug` never shows it, so that tokens stay out of logs.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct Secret(pub String);
 

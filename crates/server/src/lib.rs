@@ -37,8 +37,8 @@ use std::time::Duration;
 
 use axum::serve::ListenerExt as _;
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, Options, Output, OutputContext, OutputKind, Registry,
-    WhenFull,
+    Adapter, BoxFuture, ComponentError, ComponentType, Diagnostic, Options, Output, OutputContext,
+    OutputKind, Role, WhenFull, options_of,
 };
 use tokio::sync::watch;
 
@@ -53,18 +53,25 @@ pub const TYPE_NAME: &str = "sidecar";
 /// How long a stopping sidecar lets its clients receive what is queued for them.
 pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-/// Registers the `sidecar` output type (it talks both ways: `NAME.inbound`; its graph
-/// queue drops the oldest when full, so a stalled server never stalls a source).
-pub fn register(registry: &mut Registry) {
-    registry.output(
-        TYPE_NAME,
-        OutputKind {
+/// The `sidecar` output: it talks both ways (what UIs send comes out of `NAME.inbound`),
+/// and a slow UI never holds up the graph (its queue drops the oldest when full).
+pub const ADAPTER: Adapter = Adapter {
+    name: "sidecar",
+    protocol: "sidecar",
+    summary: "the sidecar: WebSocket and SSE fan-out to UIs, signal ingest, health and metrics",
+    components: &[ComponentType {
+        name: TYPE_NAME,
+        summary: "serve signals to UIs (WebSocket, SSE), take signals and controls back",
+        role: Role::Output(OutputKind {
             build,
             inbound: true,
             when_full: WhenFull::DropOldest,
-        },
-    );
-}
+        }),
+        options: options_of::<SidecarConfig>,
+    }],
+    parse: None,
+    wrap: None,
+};
 
 fn build(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
     Ok(Box::new(Sidecar::new(Settings::from_options(options)?)))

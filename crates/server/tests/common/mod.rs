@@ -103,7 +103,7 @@ pub async fn start(name: &str, inputs: &[&str], options: &str, extra: &str) -> S
         inputs.join(", ")
     );
     let mut registry = Registry::new();
-    patchbay_server::register(&mut registry);
+    registry.adapter(&patchbay_server::ADAPTER);
     registry.source("count", build_count);
     let graph = match compile(&[SourceText::new("test.toml", text)], &registry) {
         Ok(g) => g,

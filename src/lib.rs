@@ -1,15 +1,21 @@
-//! The `patchbay` command line.
+//! The `patchbay` binary: the one place that assembles every adapter.
 //!
-//! `run` starts the daemon on config files (or the built-in default pipeline), `validate`
-//! checks configs, `parse` decodes a capture into NDJSON signals, `graph` draws the wiring,
-//! `test` runs the `[[tests]]` written in configs and `tap` prints what a running sidecar
-//! sends. [`discovery`] finds the local services, for `discover` and the daemon.
+//! [`ADAPTERS`] lists the adapters of this build (each behind its cargo feature); the
+//! component [`registry`], `parse --protocol`, `wrap --protocol` and `components` are
+//! derived from it. The command line: `run` starts the daemon on config files (or the
+//! built-in default pipeline), `validate` checks configs, `parse` decodes a capture into
+//! NDJSON signals, `graph` draws the wiring, `test` runs the `[[tests]]` written in configs,
+//! `components` lists the component types and their options, and `tap` prints what a
+//! running sidecar sends. [`discovery`] finds the local services, for `discover` and the
+//! daemon.
 
 #![warn(missing_docs)]
 
 mod commands;
+mod components;
 mod discover;
 pub mod discovery;
+#[cfg(feature = "midi")]
 mod midi;
 mod parse;
 mod pipeline;
@@ -18,7 +24,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-pub use pipeline::{DEFAULT_PIPELINE, registry};
+pub use pipeline::{ADAPTERS, DEFAULT_PIPELINE, registry};
 
 /// patchbay: a signal router for AI agents and the hardware around them.
 #[derive(Debug, Parser)]
@@ -36,7 +42,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the component types, or show the options of one.
+    Components {
+        /// A component type (`throttle`, `sidecar`, …): show its options.
+        #[arg(value_name = "TYPE")]
+        type_name: Option<String>,
+        /// As JSON (a type's options as a JSON schema).
+        #[arg(long)]
+        json: bool,
+    },
     /// MIDI ports: list them, watch one, learn a control.
+    #[cfg(feature = "midi")]
     Midi {
         #[command(subcommand)]
         command: MidiCommand,
@@ -79,7 +95,7 @@ enum Command {
     /// escapes in a pseudo-terminal; `codelia`: a Codelia runtime on stdio).
     Wrap {
         /// What the program speaks.
-        #[arg(long, short, value_parser = ["jte", "codelia"])]
+        #[arg(long, short, value_parser = clap::builder::PossibleValuesParser::new(commands::wrap_protocols()))]
         protocol: String,
         /// The running patchbay's sidecar.
         #[arg(long, default_value = "http://127.0.0.1:7878")]
@@ -109,6 +125,7 @@ enum Command {
     },
 }
 
+#[cfg(feature = "midi")]
 #[derive(Debug, Subcommand)]
 enum MidiCommand {
     /// List the MIDI input and output ports.
@@ -147,6 +164,8 @@ pub fn main() -> ExitCode {
     }) {
         Command::Run { configs } => commands::run(&configs),
         Command::Discover { json } => discover::run(json),
+        Command::Components { type_name, json } => components::run(type_name.as_deref(), json),
+        #[cfg(feature = "midi")]
         Command::Midi { command } => match command {
             MidiCommand::List { json } => midi::list(json),
             MidiCommand::Monitor { port, system } => midi::monitor(port.as_deref(), system),

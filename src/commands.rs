@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use patchbay_graph::{Graph, NodeKind, Port, SourceText};
 
-use crate::pipeline::{DEFAULT_PIPELINE, registry};
+use patchbay_graph::WrapRequest;
+use patchbay_graph::config::suggestion;
+
+use crate::pipeline::{ADAPTERS, DEFAULT_PIPELINE, registry};
 
 /// Loads and compiles configs; on errors prints them and returns `None`.
 fn load(configs: &[PathBuf]) -> Option<Graph> {
@@ -212,23 +215,38 @@ pub fn tap(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `patchbay wrap --protocol P -- COMMAND…`: the wrapper of the adapter that speaks `P`.
 pub fn wrap(
     protocol: &str,
     to: String,
     name: Option<String>,
     command: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Runtime::new()?;
-    let code = match protocol {
-        "jte" => {
-            let mut options = patchbay_jte::WrapOptions::new(command, to);
-            options.name = name;
-            runtime.block_on(patchbay_jte::wrap_with(options))?
-        }
-        "codelia" => runtime.block_on(patchbay_codelia::wrap(command, to))?,
-        other => anyhow::bail!("`wrap --protocol {other}` is not available"),
+    let Some(wrap) = ADAPTERS
+        .iter()
+        .find(|a| a.protocol == protocol)
+        .and_then(|a| a.wrap)
+    else {
+        let known: Vec<&str> = wrap_protocols().collect();
+        anyhow::bail!(
+            "`wrap --protocol {protocol}` is not available{}; known: {}",
+            suggestion(protocol, known.iter().copied()),
+            known.join(", ")
+        );
     };
+    let runtime = tokio::runtime::Runtime::new()?;
+    let code = runtime
+        .block_on(wrap(WrapRequest { command, to, name }))
+        .map_err(|e| anyhow::anyhow!(e))?;
     // The relay tasks may still wait on the terminal: do not wait for them.
     runtime.shutdown_background();
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The protocols `wrap` knows.
+pub fn wrap_protocols() -> impl Iterator<Item = &'static str> {
+    ADAPTERS
+        .iter()
+        .filter(|a| a.wrap.is_some())
+        .map(|a| a.protocol)
 }

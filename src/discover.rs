@@ -6,7 +6,10 @@ use crate::discovery::{DiscoveryConfig, discover, render_table};
 
 /// Probes the local services and MIDI ports; prints a table, or JSON.
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {
-    let config = DiscoveryConfig::with_midi(crate::pipeline::midi_lister());
+    let config = DiscoveryConfig {
+        midi: crate::pipeline::midi_lister(),
+        ..DiscoveryConfig::default()
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -5,45 +5,36 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use patchbay_signal::decode::{NdjsonDecoder, StreamDecoder};
+use patchbay_graph::config::suggestion;
+use patchbay_signal::decode::StreamDecoder;
 
-/// The protocols `parse` knows, with their decoders.
+use crate::pipeline::ADAPTERS;
+
+/// The decoder of `protocol`, from the adapter that speaks it.
 pub fn decoder(protocol: &str) -> Option<Box<dyn StreamDecoder>> {
-    let source = format!("parse:{protocol}");
-    Some(match protocol {
-        "sajou" => Box::new(NdjsonDecoder::new(source)),
-        "sse" => patchbay_sse::parse_decoder(&source),
-        "openai" => patchbay_openai::parse_decoder(&source),
-        "anthropic" => patchbay_anthropic::parse_decoder(&source),
-        "openclaw" => patchbay_openclaw::parse_decoder(&source),
-        "escapement" => patchbay_escapement::parse_decoder(&source),
-        "codelia" => patchbay_codelia::parse_decoder(&source),
-        "palyra" => patchbay_palyra::parse_decoder(&source),
-        "jte" => patchbay_jte::parse_decoder(&source),
-        "midi" => patchbay_midi::parse_decoder(&source),
-        _ => return None,
-    })
+    let parse = ADAPTERS
+        .iter()
+        .find(|a| a.protocol == protocol)
+        .and_then(|a| a.parse)?;
+    Some(parse(&format!("parse:{protocol}")))
 }
 
-/// Protocol names, for the error on an unknown one.
-const PROTOCOLS: &[&str] = &[
-    "sajou",
-    "sse",
-    "openai",
-    "anthropic",
-    "openclaw",
-    "escapement",
-    "codelia",
-    "palyra",
-    "jte",
-    "midi",
-];
+/// The protocols `parse` knows.
+pub fn protocols() -> impl Iterator<Item = &'static str> {
+    ADAPTERS
+        .iter()
+        .filter(|a| a.parse.is_some())
+        .map(|a| a.protocol)
+}
 
+/// `patchbay parse`.
 pub fn parse(protocol: &str, file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let Some(mut decoder) = decoder(protocol) else {
+        let known: Vec<&str> = protocols().collect();
         bail!(
-            "unknown protocol `{protocol}`; known: {}",
-            PROTOCOLS.join(", ")
+            "unknown protocol `{protocol}`{}; known: {}",
+            suggestion(protocol, known.iter().copied()),
+            known.join(", ")
         );
     };
     let mut input: Box<dyn Read> = match file {

@@ -1,0 +1,147 @@
+//! What an adapter offers, described once.
+//!
+//! Every adapter crate exports one [`Adapter`] value: its component types with their
+//! builders and options, whether it decodes captures (`patchbay parse`), wraps programs
+//! (`patchbay wrap`). The
+//! binary keeps one list of these values; the [`Registry`](crate::Registry), the
+//! `parse`/`wrap`/`discover` commands, `patchbay components` and the did-you-mean of
+//! error messages are all derived from that list, so adding an adapter is one crate and
+//! one line.
+
+use patchbay_signal::decode::StreamDecoder;
+use schemars::JsonSchema;
+
+use crate::component::BoxFuture;
+use crate::registry::{FilterBuilder, OutputBuilder, OutputKind, SourceBuilder};
+
+/// One adapter crate's offer.
+#[derive(Clone, Copy)]
+pub struct Adapter {
+    /// The adapter's name (`escapement`, `midi`).
+    pub name: &'static str,
+    /// The protocol name of `patchbay parse --protocol` and `patchbay wrap --protocol`
+    /// (the adapter's name, but `sajou` for generic NDJSON envelopes).
+    pub protocol: &'static str,
+    /// One line saying what it connects to.
+    pub summary: &'static str,
+    /// Its component types.
+    pub components: &'static [ComponentType],
+    /// Builds the decoder of `patchbay parse --protocol NAME`, given the signals' `source`.
+    pub parse: Option<ParseFn>,
+    /// Runs a program under `patchbay wrap --protocol NAME`.
+    pub wrap: Option<WrapFn>,
+}
+
+impl std::fmt::Debug for Adapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adapter")
+            .field("name", &self.name)
+            .field(
+                "components",
+                &self.components.iter().map(|c| c.name).collect::<Vec<_>>(),
+            )
+            .field("parse", &self.parse.is_some())
+            .field("wrap", &self.wrap.is_some())
+            .finish()
+    }
+}
+
+/// One component type: what a config's `type = "NAME"` builds.
+#[derive(Clone, Copy)]
+pub struct ComponentType {
+    /// The `type` value.
+    pub name: &'static str,
+    /// One line for `patchbay components`.
+    pub summary: &'static str,
+    /// Where it may be declared, and how it is built.
+    pub role: Role,
+    /// Its options as a JSON schema (types, defaults, and the config struct's doc comments
+    /// as descriptions): see [`options_of`].
+    pub options: fn() -> schemars::Schema,
+}
+
+/// Where a component type may be declared, with its builders.
+#[derive(Clone, Copy)]
+pub enum Role {
+    /// Under `[sources.NAME]`.
+    Source(SourceBuilder),
+    /// Under `[filters.NAME]`.
+    Filter(FilterBuilder),
+    /// Under `[outputs.NAME]`.
+    Output(OutputKind),
+    /// A two-way link to a peer (an agent runtime): under `[sources.NAME]` it only listens;
+    /// under `[outputs.NAME]` it also sends what it is given, and what the peer sends comes
+    /// out of `NAME.inbound`.
+    Link {
+        /// Builds the listen-only side.
+        source: SourceBuilder,
+        /// Builds the two-way side.
+        output: OutputBuilder,
+    },
+}
+
+impl Role {
+    /// `source`, `filter`, `output` or `source, output` (a link).
+    pub fn sections(&self) -> &'static str {
+        match self {
+            Role::Source(_) => "source",
+            Role::Filter(_) => "filter",
+            Role::Output(_) => "output",
+            Role::Link { .. } => "source, output",
+        }
+    }
+}
+
+/// The JSON schema of an options struct, every definition inlined (what
+/// [`ComponentType::options`] holds: `options: options_of::<MyConfig>`).
+pub fn options_of<T: JsonSchema>() -> schemars::Schema {
+    schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator()
+        .into_root_schema_for::<T>()
+}
+
+/// Implements [`JsonSchema`] for an option type that has a syntax of its own (a dot path,
+/// a rate, a jq expression): `described_as!(Rate, {"type": "string"})`. Its options then
+/// show with that JSON type in `patchbay components`.
+#[macro_export]
+macro_rules! described_as {
+    ($type:ty, $schema:tt) => {
+        impl $crate::descriptor::schemars::JsonSchema for $type {
+            fn schema_name() -> ::std::borrow::Cow<'static, str> {
+                ::std::borrow::Cow::Borrowed(stringify!($type))
+            }
+            fn inline_schema() -> bool {
+                true
+            }
+            fn json_schema(
+                _: &mut $crate::descriptor::schemars::SchemaGenerator,
+            ) -> $crate::descriptor::schemars::Schema {
+                $crate::descriptor::schemars::json_schema!($schema)
+            }
+        }
+    };
+}
+
+/// The schema crate, for [`described_as!`] and for deriving `JsonSchema` on options.
+pub use schemars;
+
+/// Builds a capture decoder whose signals have the given `source`.
+pub type ParseFn = fn(source: &str) -> Box<dyn StreamDecoder>;
+
+/// What `patchbay wrap` hands an adapter's wrapper.
+#[derive(Debug, Clone)]
+pub struct WrapRequest {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// The running patchbay's sidecar (`http://127.0.0.1:7878`).
+    pub to: String,
+    /// The name control signals address the program by (`payload.target`), when given.
+    pub name: Option<String>,
+}
+
+/// Why a wrapper could not run its program.
+pub type WrapError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Runs a wrapped program to its end; resolves to its exit status.
+pub type WrapFn = fn(WrapRequest) -> BoxFuture<Result<i32, WrapError>>;

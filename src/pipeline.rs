@@ -1,0 +1,88 @@
+//! The component registry and the built-in default pipeline.
+
+use patchbay_graph::{Adapter, Registry};
+
+/// The pipeline `patchbay run` uses without a config: a sidecar on 127.0.0.1:7878 that
+/// serves what is posted to it (and NDJSON piped on standard input) to every UI, a log of
+/// the same signals on standard output (readable on a terminal, NDJSON when piped), and
+/// discovery of the local services.
+pub const DEFAULT_PIPELINE: &str = r#"# patchbay's built-in default pipeline.
+[sources.stdin]
+type = "stdin"
+
+[outputs.ui]
+type = "sidecar"
+inputs = ["ui.inbound", "stdin"]
+listen = "127.0.0.1:7878"
+
+[outputs.log]
+type = "stdout"
+inputs = ["ui.inbound", "stdin"]
+format = "auto"
+when_full = "drop_oldest"    # a slow terminal never holds up the UIs
+
+# Local services (Ollama, LM Studio, an OpenClaw gateway, MIDI ports) as `local:<service>`
+# sources: their health says what is there, and `discovery.found` / `discovery.lost`
+# signals tell the UIs when that changes.
+[discovery]
+enabled = true
+connect = ["ui", "log"]
+"#;
+
+/// Every adapter this build has: the one list everything that enumerates components is
+/// derived from (the registry, `parse`, `wrap`, `components`). Adding an adapter is one
+/// line here (behind its cargo feature).
+pub const ADAPTERS: &[&Adapter] = &[
+    &patchbay_ndjson::ADAPTER,
+    &patchbay_server::ADAPTER,
+    &patchbay_filters::ADAPTER,
+    #[cfg(feature = "midi")]
+    &patchbay_midi::ADAPTER,
+    #[cfg(feature = "openai")]
+    &patchbay_openai::ADAPTER,
+    #[cfg(feature = "anthropic")]
+    &patchbay_anthropic::ADAPTER,
+    #[cfg(feature = "proxy")]
+    &patchbay_proxy::ADAPTER,
+    #[cfg(feature = "websocket")]
+    &patchbay_websocket::ADAPTER,
+    #[cfg(feature = "sse")]
+    &patchbay_sse::ADAPTER,
+    #[cfg(feature = "openclaw")]
+    &patchbay_openclaw::ADAPTER,
+    #[cfg(feature = "escapement")]
+    &patchbay_escapement::ADAPTER,
+    #[cfg(feature = "codelia")]
+    &patchbay_codelia::ADAPTER,
+    #[cfg(feature = "palyra")]
+    &patchbay_palyra::ADAPTER,
+    #[cfg(feature = "jte")]
+    &patchbay_jte::ADAPTER,
+];
+
+/// Every component type this build knows, and the `[discovery]` section.
+pub fn registry() -> Registry {
+    let mut registry = Registry::from_adapters(ADAPTERS.iter().copied());
+    crate::discovery::register(&mut registry, midi_lister());
+    registry
+}
+
+/// Lists MIDI ports for discovery (`None` in a build without MIDI).
+pub fn midi_lister() -> Option<crate::discovery::MidiLister> {
+    #[cfg(feature = "midi")]
+    {
+        Some(std::sync::Arc::new(|| {
+            patchbay_midi::list_ports()
+                .map(|ports| crate::discovery::MidiListing {
+                    system: ports.backend.to_owned(),
+                    inputs: ports.inputs,
+                    outputs: ports.outputs,
+                })
+                .map_err(|err| err.to_string())
+        }))
+    }
+    #[cfg(not(feature = "midi"))]
+    {
+        None
+    }
+}
