@@ -3,6 +3,7 @@
 //!
 //! One test function: the ports are the real ones, so the phases cannot run in parallel.
 //! If a port is taken by something else (a real Ollama), the test fails and says so.
+//! The other tests compile `[discovery]` and `discovery` sources, probing nothing.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -15,6 +16,7 @@ use std::time::Duration;
 use patchbay::discovery::{
     DiscoveryConfig, MidiListing, Service, ServiceKind, ServiceState, discover, render_table,
 };
+use patchbay_graph::{Diagnostic, Graph, Port, SourceText};
 use patchbay_testkit::scratch::ScratchDir;
 
 const OLLAMA: &str = "127.0.0.1:11434";
@@ -340,4 +342,158 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
         .args(["-TERM", &daemon.0.id().to_string()])
         .status();
     assert!(daemon.0.wait().unwrap().success());
+}
+
+/// Compiles `(path, text)` files with patchbay's registry.
+fn compile(files: &[(&str, &str)]) -> Result<Graph, Vec<Diagnostic>> {
+    let files: Vec<SourceText> = files
+        .iter()
+        .map(|(path, text)| SourceText::new(*path, *text))
+        .collect();
+    patchbay_graph::compile::compile_with_env(&files, &patchbay_cli::registry(), &|_| None)
+}
+
+/// Every node as `name (type) @location <- inputs` (an input as its node's name).
+fn shape(graph: &Graph) -> Vec<String> {
+    graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let inputs: Vec<String> = n
+                .inputs
+                .iter()
+                .map(|e| match e.port {
+                    Port::Main => graph.nodes[e.from].name.clone(),
+                    Port::Dropped => format!("{}.dropped", graph.nodes[e.from].name),
+                })
+                .collect();
+            format!(
+                "{} ({}) @{} <- {}",
+                n.name,
+                n.type_name,
+                n.location,
+                inputs.join(", ")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_default_pipeline_compiles_to_the_graph_it_always_had() {
+    // The nodes, their order, locations and edges as they were when `[discovery]` built
+    // its sources by a path of its own.
+    let graph = compile(&[("<default pipeline>", patchbay_cli::DEFAULT_PIPELINE)]).unwrap();
+    let feeds = "ui.inbound, stdin, local:ollama, local:lmstudio, local:openclaw, local:midi";
+    assert_eq!(
+        shape(&graph),
+        [
+            "stdin (stdin) @<default pipeline>:2:10 <- ".to_owned(),
+            "local:ollama (discovery) @<default pipeline>:19:2 <- ".to_owned(),
+            "local:lmstudio (discovery) @<default pipeline>:19:2 <- ".to_owned(),
+            "local:openclaw (discovery) @<default pipeline>:19:2 <- ".to_owned(),
+            "local:midi (discovery) @<default pipeline>:19:2 <- ".to_owned(),
+            "ui.inbound (inbound) @<default pipeline>:5:10 <- ".to_owned(),
+            format!("ui (sidecar) @<default pipeline>:5:10 <- {feeds}"),
+            format!("log (stdout) @<default pipeline>:10:10 <- {feeds}"),
+        ]
+    );
+}
+
+#[test]
+fn a_discovery_source_written_by_hand_is_what_discovery_declares() {
+    let expanded = "[sources.s]\ntype = \"stdin\"\n[outputs.o]\ntype = \"stdout\"\ninputs = [\"s\"]\n[discovery]\nenabled = true\ninterval_ms = 100\nconnect = [\"o\"]\n";
+    let mut written = String::from("[sources.s]\ntype = \"stdin\"\n");
+    for service in ["ollama", "lmstudio", "openclaw", "midi"] {
+        written += &format!(
+            "[sources.\"local:{service}\"]\ntype = \"discovery\"\nservice = \"{service}\"\ninterval_ms = 100\n"
+        );
+    }
+    written += "[outputs.o]\ntype = \"stdout\"\ninputs = [\"s\", \"local:ollama\", \"local:lmstudio\", \"local:openclaw\", \"local:midi\"]\n";
+    let without_locations = |graph: &Graph| -> Vec<String> {
+        shape(graph)
+            .into_iter()
+            .map(|line| {
+                let (head, tail) = line.split_once(" @").unwrap();
+                format!("{head} <-{}", tail.split_once(" <-").unwrap().1)
+            })
+            .collect()
+    };
+    let expanded = compile(&[("p.toml", expanded)]).unwrap();
+    let written = compile(&[("p.toml", &written)]).unwrap();
+    assert_eq!(without_locations(&expanded), without_locations(&written));
+    assert_eq!(written.nodes[1].type_name, "discovery");
+
+    // Any name will do, and `interval_ms` has its default.
+    let graph = compile(&[(
+        "p.toml",
+        "[sources.ollama]\ntype = \"discovery\"\nservice = \"ollama\"\n[outputs.o]\ntype = \"stdout\"\ninputs = [\"ollama\"]\n",
+    )])
+    .unwrap();
+    assert_eq!(shape(&graph)[0], "ollama (discovery) @p.toml:1:10 <- ");
+}
+
+#[test]
+fn discovery_refuses_an_unknown_service_and_a_second_table_with_their_places() {
+    let errors = |files: &[(&str, &str)]| -> Vec<String> {
+        compile(files)
+            .unwrap_err()
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
+    };
+    assert_eq!(
+        errors(&[(
+            "p.toml",
+            "[sources.x]\ntype = \"discovery\"\nservice = \"olama\"\n",
+        )]),
+        [
+            "p.toml:3:11: x: unknown service `olama` (did you mean `ollama`?); known: ollama, lmstudio, openclaw, midi"
+        ]
+    );
+    assert_eq!(
+        errors(&[(
+            "p.toml",
+            "[sources.x]\ntype = \"discovery\"\nservice = \"ollama\"\ninterval_ms = 0\n",
+        )]),
+        ["p.toml:4:15: x: `interval_ms` must be at least 1"]
+    );
+    assert_eq!(
+        errors(&[
+            ("a.toml", "[discovery]\nenabled = true\n"),
+            ("b.toml", "[discovery]\nenabled = true\n"),
+        ]),
+        ["a.toml:1:2: [discovery] is declared twice (also at b.toml:1:2)"]
+    );
+    assert_eq!(
+        errors(&[(
+            "p.toml",
+            "[sources.\"local:openclaw\"]\ntype = \"stdin\"\n\n[discovery]\nenabled = true\n",
+        )]),
+        ["p.toml:4:2: discovery: `local:openclaw` is already declared"]
+    );
+}
+
+#[test]
+fn graph_draws_the_discovered_sources() {
+    let dir = ScratchDir::new("discovery-graph");
+    let path = dir.join("p.toml");
+    std::fs::write(
+        &path,
+        "[discovery]\nenabled = true\nconnect = [\"o\"]\n[outputs.o]\ntype = \"stdout\"\ninputs = [\"local:*\"]\n",
+    )
+    .unwrap();
+    for format in ["dot", "mermaid"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .args(["graph", path.to_str().unwrap(), "--format", format])
+            .output()
+            .expect("patchbay runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{format}: {text}");
+        for service in ["ollama", "lmstudio", "openclaw", "midi"] {
+            assert!(
+                text.contains(&format!("local:{service}")),
+                "{format}: {text}"
+            );
+        }
+    }
 }

@@ -1,4 +1,12 @@
-//! Discovery inside the daemon: the `[discovery]` section of a pipeline.
+//! Discovery inside the daemon: the `discovery` source type and the `[discovery]` section
+//! of a pipeline.
+//!
+//! A `discovery` source probes one service every `interval_ms` (MIDI every second, so a
+//! controller plugged in shows at once), says in its health whether the service is there
+//! (`ok` with its models or ports, or `recovering` with why not), and emits
+//! `discovery.found`, `discovery.updated` and `discovery.lost` signals when that changes.
+//! It only probes: it never opens a connection to a service, so the connections of
+//! configured sources are never touched.
 //!
 //! ```toml
 //! [discovery]
@@ -7,84 +15,96 @@
 //! connect = ["ui"]        # the outputs the discovered services feed
 //! ```
 //!
-//! makes one source per service, `local:ollama`, `local:lmstudio`, `local:openclaw` and
-//! `local:midi`, each feeding the outputs named in `connect`. A source probes its service
-//! every `interval_ms` (MIDI every second, so a controller plugged in shows at once), says
-//! in its health whether the service is there (`ok` with its models or ports, or
-//! `recovering` with why not), and emits `discovery.found`, `discovery.updated` and
-//! `discovery.lost` signals when that changes. It only probes: it never opens a connection
-//! to a service, so the connections of configured sources are never touched.
+//! expands to one such source per service, `local:ollama`, `local:lmstudio`,
+//! `local:openclaw` and `local:midi`, each added to the `inputs` of the outputs named in
+//! `connect`: the same as writing, for each service,
+//!
+//! ```toml
+//! [sources."local:ollama"]
+//! type = "discovery"
+//! service = "ollama"
+//! interval_ms = 30000
+//! ```
 
 use std::time::Duration;
 
+use patchbay_graph::config::suggestion;
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, DiscoveryPlan, HealthState, Options, Registry, Source,
-    SourceContext,
+    BoxFuture, ComponentError, Declaration, Diagnostic, DiscoveryExpansion, HealthState, Options,
+    Registry, Source, SourceContext,
 };
 use patchbay_signal::{Object, Signal};
+use serde::{Deserialize, Serialize};
 
 use super::{
-    DiscoveryConfig, DiscoverySettings, MidiLister, Service, ServiceKind, probe_midi, probe_ollama,
-    probe_openai_models, probe_openclaw,
+    DiscoveryConfig, DiscoverySettings, MidiLister, Service, ServiceKind, default_interval_ms,
+    probe_midi, probe_ollama, probe_openai_models, probe_openclaw,
 };
 
 /// How often MIDI ports are listed, whatever `interval_ms` says: hot-plug shows at once.
 const MIDI_RESCAN: Duration = Duration::from_secs(1);
 
-/// Registers the `[discovery]` section; `midi` lists MIDI ports (none: MIDI is not
-/// discovered).
+/// Registers the `discovery` source type and what the `[discovery]` section expands to;
+/// `midi` lists MIDI ports (none: MIDI is not a service discovery knows).
 pub fn register(registry: &mut Registry, midi: Option<MidiLister>) {
-    registry.discovery(std::sync::Arc::new(move |options: &Options<'_>| {
-        build(options, midi.clone())
-    }));
+    let with_midi = midi.is_some();
+    registry.source("discovery", move |options: &Options<'_>| {
+        DiscoveredSource::build(options, midi.clone())
+    });
+    registry.discovery(move |options: &Options<'_>| expand(options, with_midi));
 }
 
-fn build(options: &Options<'_>, midi: Option<MidiLister>) -> Result<DiscoveryPlan, Diagnostic> {
-    let settings: DiscoverySettings = options.parse()?;
-    if settings.interval_ms == 0 {
-        return Err(options.error_at("interval_ms", "`interval_ms` must be at least 1"));
-    }
-    if !settings.enabled {
-        return Ok(DiscoveryPlan {
-            sources: Vec::new(),
-            connect: Vec::new(),
-        });
-    }
-    let config = DiscoveryConfig {
-        midi,
-        ..DiscoveryConfig::default()
-    };
-    let interval = Duration::from_millis(settings.interval_ms);
+/// The services discovery knows, MIDI only with a lister.
+fn services(midi: bool) -> Vec<ServiceKind> {
     let mut kinds = vec![
         ServiceKind::Ollama,
         ServiceKind::Lmstudio,
         ServiceKind::Openclaw,
     ];
-    if config.midi.is_some() {
+    if midi {
         kinds.push(ServiceKind::Midi);
     }
-    let sources = kinds
+    kinds
+}
+
+/// The options of a `discovery` source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoverySourceOptions {
+    /// The service it probes: `ollama`, `lmstudio`, `openclaw` or `midi`.
+    pub service: String,
+    /// How often to probe, ms (MIDI ports are listed at least every second).
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: u64,
+}
+
+/// `[discovery]` → a `local:<service>` declaration per service.
+fn expand(options: &Options<'_>, midi: bool) -> Result<DiscoveryExpansion, Diagnostic> {
+    let settings: DiscoverySettings = options.parse()?;
+    if settings.interval_ms == 0 {
+        return Err(options.error_at("interval_ms", "`interval_ms` must be at least 1"));
+    }
+    if !settings.enabled {
+        return Ok(DiscoveryExpansion::default());
+    }
+    let sources = services(midi)
         .into_iter()
         .map(|kind| {
-            let source: Box<dyn Source> = Box::new(DiscoveredSource {
-                kind,
-                config: config.clone(),
-                interval: if kind == ServiceKind::Midi {
-                    MIDI_RESCAN.min(interval)
-                } else {
-                    interval
-                },
-            });
-            (format!("local:{}", kind.name()), source)
+            let source = DiscoverySourceOptions {
+                service: kind.name().into(),
+                interval_ms: settings.interval_ms,
+            };
+            Declaration::new(format!("local:{}", kind.name()), "discovery", &source)
+                .map_err(|e| options.error(e.to_string()))
         })
-        .collect();
-    Ok(DiscoveryPlan {
+        .collect::<Result<_, _>>()?;
+    Ok(DiscoveryExpansion {
         sources,
         connect: settings.connect,
     })
 }
 
-/// One discovered service, probed periodically.
+/// One discovered service, probed periodically: the `discovery` source type.
 pub struct DiscoveredSource {
     kind: ServiceKind,
     config: DiscoveryConfig,
@@ -92,6 +112,44 @@ pub struct DiscoveredSource {
 }
 
 impl DiscoveredSource {
+    /// Builds a `discovery` source from its options; `midi` lists MIDI ports (none: the
+    /// `midi` service is unknown).
+    pub fn build(
+        options: &Options<'_>,
+        midi: Option<MidiLister>,
+    ) -> Result<Box<dyn Source>, Diagnostic> {
+        let o: DiscoverySourceOptions = options.parse()?;
+        if o.interval_ms == 0 {
+            return Err(options.error_at("interval_ms", "`interval_ms` must be at least 1"));
+        }
+        let known = services(midi.is_some());
+        let Some(kind) = known.iter().copied().find(|k| k.name() == o.service) else {
+            let names: Vec<&str> = known.iter().map(|k| k.name()).collect();
+            return Err(options.error_at(
+                "service",
+                format!(
+                    "unknown service `{}`{}; known: {}",
+                    o.service,
+                    suggestion(&o.service, names.iter().copied()),
+                    names.join(", ")
+                ),
+            ));
+        };
+        let interval = Duration::from_millis(o.interval_ms);
+        Ok(Box::new(DiscoveredSource {
+            kind,
+            config: DiscoveryConfig {
+                midi,
+                ..DiscoveryConfig::default()
+            },
+            interval: if kind == ServiceKind::Midi {
+                MIDI_RESCAN.min(interval)
+            } else {
+                interval
+            },
+        }))
+    }
+
     async fn probe(&self) -> Option<Service> {
         let c = &self.config;
         Some(match self.kind {

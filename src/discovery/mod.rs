@@ -19,7 +19,7 @@
 
 mod daemon;
 
-pub use daemon::{DiscoveredSource, register};
+pub use daemon::{DiscoveredSource, DiscoverySourceOptions, register};
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

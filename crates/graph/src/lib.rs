@@ -36,5 +36,5 @@ pub use embed::{ChannelOutput, ChannelSource, RunningGraph};
 pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
 pub use link_ends::{GaveUp, LinkEnds};
 pub use queue::{SignalQueue, WhenFull};
-pub use registry::{DiscoveryBuilder, DiscoveryPlan, OutputKind, Registry};
+pub use registry::{Declaration, DiscoveryExpander, DiscoveryExpansion, OutputKind, Registry};
 pub use telemetry::{ComponentStats, HealthState, Telemetry};

@@ -23,18 +23,51 @@ type BuildSource = Arc<dyn Fn(&Options<'_>) -> Result<Box<dyn Source>, Diagnosti
 /// An output builder as the registry keeps it (see [`BuildSource`]).
 type BuildOutput = Arc<dyn Fn(&Options<'_>) -> Result<Box<dyn Output>, Diagnostic> + Send + Sync>;
 
-/// What the `[discovery]` section of a config makes: sources named `local:<service>`, and
-/// the outputs they feed.
-pub struct DiscoveryPlan {
-    /// The sources, by name.
-    pub sources: Vec<(String, Box<dyn Source>)>,
-    /// The outputs every discovered source feeds.
+/// A component that an expansion declares, as if a user had written
+/// `[sources.NAME]` with `type = TYPE_NAME` and the options: it is checked and built like
+/// one, by the builder registered for its type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declaration {
+    /// Its name (`local:ollama`).
+    pub name: String,
+    /// Its type, a registered source type (`discovery`).
+    pub type_name: String,
+    /// Its options: the keys of its table besides `type`.
+    pub options: toml::Table,
+}
+
+impl Declaration {
+    /// A declaration whose options are `options` serialized: typically the options struct
+    /// that the type's builder deserializes.
+    pub fn new(
+        name: impl Into<String>,
+        type_name: impl Into<String>,
+        options: &impl serde::Serialize,
+    ) -> Result<Declaration, toml::ser::Error> {
+        Ok(Declaration {
+            name: name.into(),
+            type_name: type_name.into(),
+            options: toml::Table::try_from(options)?,
+        })
+    }
+}
+
+/// What the `[discovery]` section of a config expands to: sources named
+/// `local:<service>`, declared after every source written in the configs, and the outputs
+/// they feed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiscoveryExpansion {
+    /// The sources to declare, in order.
+    pub sources: Vec<Declaration>,
+    /// The outputs every declared source feeds: their names are added to each one's
+    /// `inputs`. Entry `k` is reported at the `[discovery]` table's `connect.k` when it
+    /// names no output.
     pub connect: Vec<String>,
 }
 
-/// Builds the discovery sources from the `[discovery]` table (no I/O).
-pub type DiscoveryBuilder =
-    Arc<dyn Fn(&Options<'_>) -> Result<DiscoveryPlan, Diagnostic> + Send + Sync>;
+/// Expands the `[discovery]` table into declarations (no I/O).
+pub type DiscoveryExpander =
+    Arc<dyn Fn(&Options<'_>) -> Result<DiscoveryExpansion, Diagnostic> + Send + Sync>;
 
 /// An output type.
 #[derive(Clone, Copy)]
@@ -61,7 +94,7 @@ pub struct Registry {
     sources: BTreeMap<&'static str, BuildSource>,
     filters: BTreeMap<&'static str, FilterBuilder>,
     outputs: BTreeMap<&'static str, RegisteredOutput>,
-    discovery: Option<DiscoveryBuilder>,
+    discovery: Option<DiscoveryExpander>,
 }
 
 impl Registry {
@@ -160,13 +193,17 @@ impl Registry {
         )
     }
 
-    /// Registers what the `[discovery]` section builds.
-    pub fn discovery(&mut self, build: DiscoveryBuilder) -> &mut Self {
-        self.discovery = Some(build);
+    /// Registers what the `[discovery]` section expands to (without it, `[discovery]` is
+    /// an unknown section). The declarations it returns are compiled like written ones.
+    pub fn discovery(
+        &mut self,
+        expand: impl Fn(&Options<'_>) -> Result<DiscoveryExpansion, Diagnostic> + Send + Sync + 'static,
+    ) -> &mut Self {
+        self.discovery = Some(Arc::new(expand));
         self
     }
 
-    pub(crate) fn discovery_builder(&self) -> Option<&DiscoveryBuilder> {
+    pub(crate) fn discovery_expander(&self) -> Option<&DiscoveryExpander> {
         self.discovery.as_ref()
     }
 

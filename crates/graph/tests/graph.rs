@@ -5,11 +5,12 @@ use std::sync::Arc;
 use patchbay_graph::engine::Engine;
 use patchbay_graph::runtime::telemetry_for;
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, Emit, Filter, FilterSpec, Graph, NodeKind, Options,
-    Output, OutputContext, OutputKind, Registry, Source, SourceContext, SourceText, WhenFull,
+    BoxFuture, ComponentError, Declaration, Diagnostic, DiscoveryExpansion, Emit, Filter,
+    FilterSpec, Graph, NodeKind, Options, Output, OutputContext, OutputKind, Port, Registry,
+    Source, SourceContext, SourceText, WhenFull,
 };
 use patchbay_signal::{SharedSignal, Signal};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 struct Idle;
 impl Source for Idle {
@@ -91,12 +92,99 @@ fn registry() -> Registry {
     r
 }
 
+/// The options of a `probe` source: stands for a source that `[discovery]` declares; it
+/// knows the services `a` and `b`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProbeConfig {
+    service: String,
+    every: u64,
+}
+
+/// The tests' `[discovery]`: a `local:<service>` probe for each of `services`, feeding the
+/// outputs `connect` names.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiscoveryTable {
+    services: Vec<String>,
+    #[serde(default)]
+    connect: Vec<String>,
+}
+
+/// [`registry`] with the `probe` source type and a `[discovery]` expander.
+fn with_discovery() -> Registry {
+    let mut r = registry();
+    r.source(
+        "probe",
+        |o: &Options<'_>| -> Result<Box<dyn Source>, Diagnostic> {
+            let c: ProbeConfig = o.parse()?;
+            if c.service != "a" && c.service != "b" {
+                return Err(o.error_at("service", format!("unknown service `{}`", c.service)));
+            }
+            Ok(Box::new(Idle))
+        },
+    );
+    r.discovery(|o: &Options<'_>| {
+        let table: DiscoveryTable = o.parse()?;
+        let sources = table
+            .services
+            .iter()
+            .map(|s| {
+                let options = ProbeConfig {
+                    service: s.clone(),
+                    every: 5,
+                };
+                Declaration::new(format!("local:{s}"), "probe", &options)
+                    .map_err(|e| o.error(e.to_string()))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(DiscoveryExpansion {
+            sources,
+            connect: table.connect,
+        })
+    });
+    r
+}
+
 fn compile(text: &str) -> Result<Graph, Vec<Diagnostic>> {
-    patchbay_graph::compile::compile_with_env(
-        &[SourceText::new("g.toml", text)],
-        &registry(),
-        &|_| None,
-    )
+    compile_files(&[text], &registry())
+}
+
+/// Compiles `texts` as the files `f0.toml`, `f1.toml`… (one text: `g.toml`).
+fn compile_files(texts: &[&str], registry: &Registry) -> Result<Graph, Vec<Diagnostic>> {
+    let files: Vec<SourceText> = match texts {
+        [text] => vec![SourceText::new("g.toml", *text)],
+        _ => texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| SourceText::new(format!("f{i}.toml"), *t))
+            .collect(),
+    };
+    patchbay_graph::compile::compile_with_env(&files, registry, &|_| None)
+}
+
+/// Every node as `name (type) <- inputs`, an input as its node's name (`.dropped` for
+/// that port).
+fn shape(graph: &Graph) -> Vec<String> {
+    graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let inputs: Vec<String> = n
+                .inputs
+                .iter()
+                .map(|e| match e.port {
+                    Port::Main => graph.nodes[e.from].name.clone(),
+                    Port::Dropped => format!("{}.dropped", graph.nodes[e.from].name),
+                })
+                .collect();
+            format!("{} ({}) <- {}", n.name, n.type_name, inputs.join(", "))
+        })
+        .collect()
+}
+
+fn messages(errors: &[Diagnostic]) -> Vec<String> {
+    errors.iter().map(|e| e.to_string()).collect()
 }
 
 fn names(graph: &Graph) -> Vec<&str> {
@@ -193,4 +281,125 @@ inputs = ["g.dropped"]
     assert_eq!(out[2].0, 3);
     let f = stats[1].snapshot();
     assert_eq!((f.received, f.sent, f.dropped), (3, 2, 1));
+}
+
+const WITH_DISCOVERY: &str = r#"[discovery]
+services = ["a", "b"]
+connect = ["o", "t"]
+[sources.s]
+type = "idle"
+[outputs.o]
+type = "sink"
+inputs = ["s"]
+[outputs.t]
+type = "twoway"
+inputs = ["local:b"]
+"#;
+
+#[test]
+fn discovery_declares_sources_after_the_written_ones_feeding_connect() {
+    let g = compile_files(&[WITH_DISCOVERY], &with_discovery()).unwrap();
+    assert_eq!(
+        shape(&g),
+        [
+            "s (idle) <- ",
+            "local:a (probe) <- ",
+            "local:b (probe) <- ",
+            "t.inbound (inbound) <- ",
+            "o (sink) <- s, local:a, local:b",
+            "t (twoway) <- local:b, local:a",
+        ]
+    );
+    assert_eq!(
+        g.nodes[1].location.to_string(),
+        "g.toml:1:2",
+        "at [discovery]"
+    );
+}
+
+#[test]
+fn an_expansion_compiles_like_the_declarations_it_stands_for() {
+    let written = r#"[sources.s]
+type = "idle"
+[sources."local:a"]
+type = "probe"
+service = "a"
+every = 5
+[sources."local:b"]
+type = "probe"
+service = "b"
+every = 5
+[outputs.o]
+type = "sink"
+inputs = ["s", "local:a", "local:b"]
+[outputs.t]
+type = "twoway"
+inputs = ["local:b", "local:a"]
+"#;
+    let expanded = compile_files(&[WITH_DISCOVERY], &with_discovery()).unwrap();
+    let written = compile_files(&[written], &with_discovery()).unwrap();
+    assert_eq!(shape(&expanded), shape(&written));
+}
+
+#[test]
+fn what_an_expansion_declares_is_checked_and_reported_at_discovery() {
+    let errs = compile_files(
+        &["[sources.s]\ntype = \"idle\"\n\n[discovery]\nservices = [\"a\", \"zz\"]\n"],
+        &with_discovery(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        messages(&errs),
+        ["g.toml:4:2: local:zz: unknown service `zz`"]
+    );
+}
+
+#[test]
+fn discovery_errors_keep_their_places() {
+    let r = with_discovery();
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &[
+                "[discovery]\nservices = []\n",
+                "[discovery]\nservices = [\"a\"]\n",
+            ],
+            &["f0.toml:1:2: [discovery] is declared twice (also at f1.toml:1:2)"],
+        ),
+        (
+            &["[sources.\"local:a\"]\ntype = \"idle\"\n[discovery]\nservices = [\"a\"]\n"],
+            &["g.toml:3:2: discovery: `local:a` is already declared"],
+        ),
+        (
+            &[
+                "[sources.s]\ntype = \"idle\"\n[discovery]\nservices = [\"a\"]\nconnect = [\"s\", \"nope\"]\n",
+            ],
+            &[
+                "g.toml:5:12: discovery: `s` is not an output",
+                "g.toml:5:17: discovery: `nope` is not an output",
+            ],
+        ),
+        (
+            // The output failing to build is reported; `connect` naming it is not.
+            &[
+                "[outputs.o]\ntype = \"nosuch\"\ninputs = [\"x\"]\n[discovery]\nservices = [\"a\"]\nconnect = [\"o\"]\n",
+            ],
+            &["g.toml:2:8: o: unknown output type `nosuch`; known: sink, twoway"],
+        ),
+        (
+            &["[discovery]\nservics = [\"a\"]\n"],
+            &[
+                "g.toml:2:1: discovery: unknown field `servics`, expected `services` or `connect` (did you mean `services`?)",
+            ],
+        ),
+    ];
+    for (files, expected) in cases {
+        let errs = compile_files(files, &r).unwrap_err();
+        assert_eq!(messages(&errs), *expected, "{files:?}");
+    }
+    // Without an expander, `[discovery]` is no section.
+    let errs = compile("[discovery]\nservices = []\n").unwrap_err();
+    assert!(
+        errs[0].message.starts_with("unknown section `discovery`"),
+        "{errs:?}"
+    );
 }
