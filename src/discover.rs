@@ -2,18 +2,18 @@
 
 use std::process::ExitCode;
 
-use crate::discovery::{DiscoveryConfig, discover, render_table};
+use crate::discovery::{ProbeContext, discover, render_table};
 
-/// Probes the local services and MIDI ports; prints a table, or JSON.
+/// Runs every adapter's probe; prints a table, or JSON.
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {
-    let config = DiscoveryConfig {
-        midi: crate::pipeline::midi_lister(),
-        ..DiscoveryConfig::default()
-    };
+    let probes: Vec<_> = crate::pipeline::probes()
+        .into_iter()
+        .map(|probe| (probe, ProbeContext::default()))
+        .collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let services = runtime.block_on(discover(&config));
+    let services = runtime.block_on(discover(&probes));
     // A MIDI listing that timed out may still be running: do not wait for it.
     runtime.shutdown_background();
     if json {

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-pub use pipeline::{ADAPTERS, DEFAULT_PIPELINE, registry};
+pub use pipeline::{ADAPTERS, DEFAULT_PIPELINE, probes, registry};
 
 /// patchbay: a signal router for AI agents and the hardware around them.
 #[derive(Debug, Parser)]

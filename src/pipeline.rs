@@ -1,6 +1,6 @@
 //! The component registry and the built-in default pipeline.
 
-use patchbay_graph::{Adapter, Registry};
+use patchbay_graph::{Adapter, Probe, Registry};
 
 /// The pipeline `patchbay run` uses without a config: a sidecar on 127.0.0.1:7878 that
 /// serves what is posted to it (and NDJSON piped on standard input) to every UI, a log of
@@ -36,8 +36,6 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_ndjson::ADAPTER,
     &patchbay_server::ADAPTER,
     &patchbay_filters::ADAPTER,
-    #[cfg(feature = "midi")]
-    &patchbay_midi::ADAPTER,
     #[cfg(feature = "openai")]
     &patchbay_openai::ADAPTER,
     #[cfg(feature = "anthropic")]
@@ -58,31 +56,21 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_palyra::ADAPTER,
     #[cfg(feature = "jte")]
     &patchbay_jte::ADAPTER,
+    #[cfg(feature = "midi")]
+    &patchbay_midi::ADAPTER,
 ];
 
 /// Every component type this build knows, and the `[discovery]` section.
 pub fn registry() -> Registry {
     let mut registry = Registry::from_adapters(ADAPTERS.iter().copied());
-    crate::discovery::register(&mut registry, midi_lister());
+    crate::discovery::register(&mut registry, probes());
     registry
 }
 
-/// Lists MIDI ports for discovery (`None` in a build without MIDI).
-pub fn midi_lister() -> Option<crate::discovery::MidiLister> {
-    #[cfg(feature = "midi")]
-    {
-        Some(std::sync::Arc::new(|| {
-            patchbay_midi::list_ports()
-                .map(|ports| crate::discovery::MidiListing {
-                    system: ports.backend.to_owned(),
-                    inputs: ports.inputs,
-                    outputs: ports.outputs,
-                })
-                .map_err(|err| err.to_string())
-        }))
-    }
-    #[cfg(not(feature = "midi"))]
-    {
-        None
-    }
+/// Every local service this build can find: the adapters' probes.
+pub fn probes() -> Vec<Probe> {
+    ADAPTERS
+        .iter()
+        .flat_map(|a| a.probes.iter().copied())
+        .collect()
 }

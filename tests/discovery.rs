@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use patchbay::discovery::{
-    DiscoveryConfig, MidiListing, Service, ServiceKind, ServiceState, discover, render_table,
-};
+use patchbay::discovery::{Probe, ProbeContext, Service, ServiceState, discover, render_table};
+use patchbay_graph::probe::Offers;
 use patchbay_graph::{Diagnostic, Graph, Port, SourceText};
 use patchbay_testkit::scratch::ScratchDir;
 
@@ -141,7 +140,37 @@ fn closed_port() -> String {
     addr
 }
 
-fn run_discovery(config: &DiscoveryConfig) -> Vec<Service> {
+/// Every probe of the build, but the OpenClaw gateway's on a closed port and a MIDI system
+/// that lists one controller (the real one is tested in the MIDI adapter).
+fn test_probes() -> Vec<(Probe, ProbeContext)> {
+    let fake_midi = Probe {
+        service: "midi",
+        rescan: None,
+        run: |_| {
+            Box::pin(async {
+                Some(Service {
+                    inputs: vec!["ctl:pad".to_owned()],
+                    ..Service::new("midi", Offers::Ports, "jack", ServiceState::Available)
+                })
+            })
+        },
+    };
+    let mut probes: Vec<(Probe, ProbeContext)> = patchbay::probes()
+        .into_iter()
+        .filter(|p| p.service != "midi")
+        .map(|p| {
+            let mut cx = ProbeContext::default();
+            if p.service == "openclaw" {
+                cx.address = Some(closed_port());
+            }
+            (p, cx)
+        })
+        .collect();
+    probes.push((fake_midi, ProbeContext::default()));
+    probes
+}
+
+fn run_discovery(config: &[(Probe, ProbeContext)]) -> Vec<Service> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -149,27 +178,16 @@ fn run_discovery(config: &DiscoveryConfig) -> Vec<Service> {
         .block_on(discover(config))
 }
 
-fn find(services: &[Service], kind: ServiceKind) -> &Service {
+fn find<'a>(services: &'a [Service], name: &str) -> &'a Service {
     services
         .iter()
-        .find(|s| s.service == kind)
-        .unwrap_or_else(|| panic!("no {kind:?} in {services:?}"))
+        .find(|s| s.service == name)
+        .unwrap_or_else(|| panic!("no {name} in {services:?}"))
 }
 
 #[test]
 fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
-    let config = DiscoveryConfig {
-        openclaw: closed_port(),
-        openclaw_config: None,
-        midi: Some(Arc::new(|| {
-            Ok(MidiListing {
-                system: "jack".to_owned(),
-                inputs: vec!["ctl:pad".to_owned()],
-                outputs: vec![],
-            })
-        })),
-        ..DiscoveryConfig::default()
-    };
+    let config = test_probes();
     let ollama_routes = || {
         vec![
             ("/v1/models", fixture("ollama/v1-models.test-expected.json")),
@@ -188,18 +206,15 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
     let lmstudio = StandIn::start(LMSTUDIO, lmstudio_routes(), Framing::Chunked);
     let services = run_discovery(&config);
     let table = render_table(&services);
-    let found = find(&services, ServiceKind::Ollama);
+    let found = find(&services, "ollama");
     assert_eq!(found.state, ServiceState::Available, "{table}");
     assert_eq!(found.address, "http://127.0.0.1:11434");
     assert_eq!(found.models, ["test-model"]);
-    let found = find(&services, ServiceKind::Lmstudio);
+    let found = find(&services, "lmstudio");
     assert_eq!(found.state, ServiceState::Available, "{table}");
     assert_eq!(found.models, ["text-embedding-nomic-embed-text-v1.5"]);
-    assert_eq!(
-        find(&services, ServiceKind::Openclaw).state,
-        ServiceState::Unavailable
-    );
-    let midi = find(&services, ServiceKind::Midi);
+    assert_eq!(find(&services, "openclaw").state, ServiceState::Unavailable);
+    let midi = find(&services, "midi");
     assert_eq!(
         (midi.address.as_str(), midi.inputs.as_slice()),
         ("jack", &["ctl:pad".to_owned()][..])
@@ -212,19 +227,16 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
     // LM Studio stops: unavailable; Ollama is still there.
     lmstudio.stop();
     let services = run_discovery(&config);
-    let gone = find(&services, ServiceKind::Lmstudio);
+    let gone = find(&services, "lmstudio");
     assert_eq!(gone.state, ServiceState::Unavailable, "{services:?}");
     assert_eq!(gone.detail.as_deref(), Some("connection refused"));
     assert!(gone.models.is_empty());
-    assert!(find(&services, ServiceKind::Ollama).is_available());
+    assert!(find(&services, "ollama").is_available());
 
     // It starts again: available again.
     let lmstudio = StandIn::start(LMSTUDIO, lmstudio_routes(), Framing::Chunked);
     let services = run_discovery(&config);
-    assert!(
-        find(&services, ServiceKind::Lmstudio).is_available(),
-        "{services:?}"
-    );
+    assert!(find(&services, "lmstudio").is_available(), "{services:?}");
 
     // Ollama without /v1/models (an old version): the models come from /api/tags.
     ollama.stop();
@@ -234,7 +246,7 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
         Framing::Chunked,
     );
     let services = run_discovery(&config);
-    let found = find(&services, ServiceKind::Ollama);
+    let found = find(&services, "ollama");
     assert!(found.is_available(), "{services:?}");
     assert_eq!(found.models, ["deepseek-r1:latest", "llama3.2:latest"]);
     assert!(found.detail.as_deref().unwrap_or("").contains("/api/tags"));
@@ -250,7 +262,7 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
         Framing::Length,
     );
     let services = run_discovery(&config);
-    let found = find(&services, ServiceKind::Ollama);
+    let found = find(&services, "ollama");
     assert!(found.is_available(), "{services:?}");
     assert!(found.models.is_empty());
     assert!(render_table(&services).contains("available    no models"));
@@ -259,14 +271,8 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
     ollama.stop();
     lmstudio.stop();
     let services = run_discovery(&config);
-    assert_eq!(
-        find(&services, ServiceKind::Ollama).state,
-        ServiceState::Unavailable
-    );
-    assert_eq!(
-        find(&services, ServiceKind::Lmstudio).state,
-        ServiceState::Unavailable
-    );
+    assert_eq!(find(&services, "ollama").state, ServiceState::Unavailable);
+    assert_eq!(find(&services, "lmstudio").state, ServiceState::Unavailable);
     let json = serde_json::to_value(&services).unwrap();
     assert_eq!(json[0]["service"], "ollama");
     assert_eq!(json[0]["state"], "unavailable");
@@ -350,7 +356,7 @@ fn compile(files: &[(&str, &str)]) -> Result<Graph, Vec<Diagnostic>> {
         .iter()
         .map(|(path, text)| SourceText::new(*path, *text))
         .collect();
-    patchbay_graph::compile::compile_with_env(&files, &patchbay_cli::registry(), &|_| None)
+    patchbay_graph::compile::compile_with_env(&files, &patchbay::registry(), &|_| None)
 }
 
 /// Every node as `name (type) @location <- inputs` (an input as its node's name).
@@ -382,7 +388,7 @@ fn shape(graph: &Graph) -> Vec<String> {
 fn the_default_pipeline_compiles_to_the_graph_it_always_had() {
     // The nodes, their order, locations and edges as they were when `[discovery]` built
     // its sources by a path of its own.
-    let graph = compile(&[("<default pipeline>", patchbay_cli::DEFAULT_PIPELINE)]).unwrap();
+    let graph = compile(&[("<default pipeline>", patchbay::DEFAULT_PIPELINE)]).unwrap();
     let feeds = "ui.inbound, stdin, local:ollama, local:lmstudio, local:openclaw, local:midi";
     assert_eq!(
         shape(&graph),

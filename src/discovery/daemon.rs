@@ -26,6 +26,7 @@
 //! interval_ms = 30000
 //! ```
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use patchbay_graph::config::suggestion;
@@ -36,50 +37,37 @@ use patchbay_graph::{
 use patchbay_signal::{Object, Signal};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    DiscoveryConfig, DiscoverySettings, MidiLister, Service, ServiceKind, default_interval_ms,
-    probe_midi, probe_ollama, probe_openai_models, probe_openclaw,
-};
+use super::{DiscoverySettings, Probe, ProbeContext, Service, default_interval_ms};
 
-/// How often MIDI ports are listed, whatever `interval_ms` says: hot-plug shows at once.
-const MIDI_RESCAN: Duration = Duration::from_secs(1);
-
-/// Registers the `discovery` source type and what the `[discovery]` section expands to;
-/// `midi` lists MIDI ports (none: MIDI is not a service discovery knows).
-pub fn register(registry: &mut Registry, midi: Option<MidiLister>) {
-    let with_midi = midi.is_some();
+/// Registers the `discovery` source type and what the `[discovery]` section expands to:
+/// `probes` are the services discovery knows (the adapters' probes).
+pub fn register(registry: &mut Registry, probes: Vec<Probe>) {
+    let probes: Arc<[Probe]> = probes.into();
+    let known = Arc::clone(&probes);
     registry.source("discovery", move |options: &Options<'_>| {
-        DiscoveredSource::build(options, midi.clone())
+        DiscoveredSource::build(options, &known)
     });
-    registry.discovery(move |options: &Options<'_>| expand(options, with_midi));
-}
-
-/// The services discovery knows, MIDI only with a lister.
-fn services(midi: bool) -> Vec<ServiceKind> {
-    let mut kinds = vec![
-        ServiceKind::Ollama,
-        ServiceKind::Lmstudio,
-        ServiceKind::Openclaw,
-    ];
-    if midi {
-        kinds.push(ServiceKind::Midi);
-    }
-    kinds
+    registry.discovery(move |options: &Options<'_>| expand(options, &probes));
 }
 
 /// The options of a `discovery` source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiscoverySourceOptions {
-    /// The service it probes: `ollama`, `lmstudio`, `openclaw` or `midi`.
+    /// The service it probes (`patchbay discover` lists them: `ollama`, `lmstudio`,
+    /// `openclaw`, `midi`).
     pub service: String,
-    /// How often to probe, ms (MIDI ports are listed at least every second).
+    /// How often to probe, ms (some services are probed more often: MIDI ports are
+    /// listed at least every second).
     #[serde(default = "default_interval_ms")]
     pub interval_ms: u64,
+    /// Where to probe (`host:port`) instead of the service's well-known address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// `[discovery]` → a `local:<service>` declaration per service.
-fn expand(options: &Options<'_>, midi: bool) -> Result<DiscoveryExpansion, Diagnostic> {
+fn expand(options: &Options<'_>, probes: &[Probe]) -> Result<DiscoveryExpansion, Diagnostic> {
     let settings: DiscoverySettings = options.parse()?;
     if settings.interval_ms == 0 {
         return Err(options.error_at("interval_ms", "`interval_ms` must be at least 1"));
@@ -87,14 +75,15 @@ fn expand(options: &Options<'_>, midi: bool) -> Result<DiscoveryExpansion, Diagn
     if !settings.enabled {
         return Ok(DiscoveryExpansion::default());
     }
-    let sources = services(midi)
-        .into_iter()
-        .map(|kind| {
+    let sources = probes
+        .iter()
+        .map(|probe| {
             let source = DiscoverySourceOptions {
-                service: kind.name().into(),
+                service: probe.service.into(),
                 interval_ms: settings.interval_ms,
+                address: None,
             };
-            Declaration::new(format!("local:{}", kind.name()), "discovery", &source)
+            Declaration::new(format!("local:{}", probe.service), "discovery", &source)
                 .map_err(|e| options.error(e.to_string()))
         })
         .collect::<Result<_, _>>()?;
@@ -106,25 +95,21 @@ fn expand(options: &Options<'_>, midi: bool) -> Result<DiscoveryExpansion, Diagn
 
 /// One discovered service, probed periodically: the `discovery` source type.
 pub struct DiscoveredSource {
-    kind: ServiceKind,
-    config: DiscoveryConfig,
+    probe: Probe,
+    cx: ProbeContext,
     interval: Duration,
 }
 
 impl DiscoveredSource {
-    /// Builds a `discovery` source from its options; `midi` lists MIDI ports (none: the
-    /// `midi` service is unknown).
-    pub fn build(
-        options: &Options<'_>,
-        midi: Option<MidiLister>,
-    ) -> Result<Box<dyn Source>, Diagnostic> {
+    /// Builds a `discovery` source from its options; `probes` are the services it may
+    /// probe.
+    pub fn build(options: &Options<'_>, probes: &[Probe]) -> Result<Box<dyn Source>, Diagnostic> {
         let o: DiscoverySourceOptions = options.parse()?;
         if o.interval_ms == 0 {
             return Err(options.error_at("interval_ms", "`interval_ms` must be at least 1"));
         }
-        let known = services(midi.is_some());
-        let Some(kind) = known.iter().copied().find(|k| k.name() == o.service) else {
-            let names: Vec<&str> = known.iter().map(|k| k.name()).collect();
+        let Some(probe) = probes.iter().find(|p| p.service == o.service) else {
+            let names: Vec<&str> = probes.iter().map(|p| p.service).collect();
             return Err(options.error_at(
                 "service",
                 format!(
@@ -137,53 +122,15 @@ impl DiscoveredSource {
         };
         let interval = Duration::from_millis(o.interval_ms);
         Ok(Box::new(DiscoveredSource {
-            kind,
-            config: DiscoveryConfig {
-                midi,
-                ..DiscoveryConfig::default()
+            probe: *probe,
+            cx: ProbeContext {
+                address: o.address,
+                ..ProbeContext::default()
             },
-            interval: if kind == ServiceKind::Midi {
-                MIDI_RESCAN.min(interval)
-            } else {
-                interval
-            },
+            interval: probe
+                .rescan
+                .map_or(interval, |at_most| at_most.min(interval)),
         }))
-    }
-
-    async fn probe(&self) -> Option<Service> {
-        let c = &self.config;
-        Some(match self.kind {
-            ServiceKind::Ollama => probe_ollama(&c.ollama, c.timeout).await,
-            ServiceKind::Lmstudio => {
-                probe_openai_models(ServiceKind::Lmstudio, &c.lmstudio, c.timeout).await
-            }
-            ServiceKind::Openclaw => {
-                probe_openclaw(&c.openclaw, c.openclaw_config.clone(), c.timeout).await
-            }
-            ServiceKind::Midi => probe_midi(c.midi.clone(), c.timeout).await?,
-        })
-    }
-}
-
-/// What the health detail says about an available service.
-fn summary(service: &Service) -> String {
-    match service.service {
-        ServiceKind::Midi => format!(
-            "{} input(s), {} output(s) on {}",
-            service.inputs.len(),
-            service.outputs.len(),
-            service.address
-        ),
-        ServiceKind::Openclaw => format!(
-            "gateway at {}{}",
-            service.address,
-            match service.token_found {
-                Some(true) => ", token found",
-                Some(false) => ", no token found",
-                None => "",
-            }
-        ),
-        _ => format!("{} model(s) at {}", service.models.len(), service.address),
     }
 }
 
@@ -198,7 +145,8 @@ fn signal(kind: &str, source: &str, service: &Service) -> Signal {
 impl Source for DiscoveredSource {
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
-            let source = format!("discovery:{}", self.kind.name());
+            let service = self.probe.service;
+            let source = format!("discovery:{service}");
             cx.set_state(HealthState::Starting, Some("probing".into()));
             let mut previous: Option<Service> = None;
             let mut ticker = tokio::time::interval(self.interval);
@@ -208,26 +156,21 @@ impl Source for DiscoveredSource {
                     _ = ticker.tick() => {}
                     () = cx.shutdown().wait() => return Ok(()),
                 }
-                let Some(now) = self.probe().await else {
+                let Some(now) = (self.probe.run)(self.cx.clone()).await else {
                     return Ok(());
                 };
                 let was = previous.as_ref().map(Service::is_available);
                 let event = match (was, now.is_available()) {
-                    (Some(true), true) => {
-                        let before = previous.as_ref();
-                        let changed = before.is_some_and(|b| {
-                            b.models != now.models
-                                || b.inputs != now.inputs
-                                || b.outputs != now.outputs
-                        });
-                        changed.then_some("discovery.updated")
-                    }
+                    (Some(true), true) => previous
+                        .as_ref()
+                        .is_some_and(|before| now.offers_other_than(before))
+                        .then_some("discovery.updated"),
                     (_, true) => Some("discovery.found"),
                     (Some(true), false) => Some("discovery.lost"),
                     _ => None,
                 };
                 if now.is_available() {
-                    cx.set_state(HealthState::Ok, Some(summary(&now)));
+                    cx.set_state(HealthState::Ok, Some(now.summary()));
                 } else {
                     let why = now.detail.clone().unwrap_or_else(|| "not found".into());
                     cx.set_state(
@@ -236,7 +179,7 @@ impl Source for DiscoveredSource {
                     );
                 }
                 if let Some(kind) = event {
-                    tracing::info!(service = self.kind.name(), "{kind}: {}", summary(&now));
+                    tracing::info!(service, "{kind}: {}", now.summary());
                     if cx.emit(signal(kind, &source, &now)).await.is_err() {
                         return Ok(());
                     }

@@ -29,6 +29,7 @@ pub const ADAPTER: Adapter = Adapter {
     components: &[],
     parse: Some(parse_decoder),
     wrap: None,
+    probes: &[],
 };
 
 /// The decoder `patchbay parse --protocol anthropic` drives: raw SSE text or one JSON

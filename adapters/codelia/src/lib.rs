@@ -91,6 +91,7 @@ pub const ADAPTER: Adapter = Adapter {
     }],
     parse: Some(parse_decoder),
     wrap: Some(wrap_request),
+    probes: &[],
 };
 
 /// `patchbay wrap --protocol codelia`: [`wrap`] on the request (it has no `--name`).

@@ -90,6 +90,7 @@ pub const ADAPTER: Adapter = Adapter {
     }],
     parse: Some(parse_decoder),
     wrap: None,
+    probes: &[],
 };
 use patchbay_signal::decode::StreamDecoder;
 

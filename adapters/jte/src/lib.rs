@@ -51,6 +51,7 @@ pub const ADAPTER: Adapter = Adapter {
     components: &[],
     parse: Some(parse_decoder),
     wrap: Some(wrap_request),
+    probes: &[],
 };
 
 /// `patchbay wrap --protocol jte`: [`wrap_with`] on the request.

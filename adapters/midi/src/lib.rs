@@ -55,6 +55,7 @@ mod learn;
 mod output;
 mod parse;
 mod port;
+pub mod probe;
 mod session;
 mod source;
 mod system;
@@ -100,6 +101,7 @@ pub const ADAPTER: Adapter = Adapter {
     ],
     parse: Some(parse_decoder),
     wrap: None,
+    probes: &[probe::PROBE],
 };
 
 /// The `midi.*` signal type names.

@@ -56,6 +56,7 @@ pub const ADAPTER: Adapter = Adapter {
     ],
     parse: Some(parse_decoder),
     wrap: None,
+    probes: &[],
 };
 
 /// The decoder `patchbay parse --protocol sajou` drives: generic NDJSON envelopes.

@@ -32,6 +32,7 @@ pub const ADAPTER: Adapter = Adapter {
     components: &[],
     parse: Some(parse_decoder),
     wrap: None,
+    probes: &[],
 };
 
 /// The decoder `patchbay parse --protocol openai` drives: raw SSE text or one JSON chunk

@@ -81,9 +81,11 @@
 
 #![warn(missing_docs)]
 
+mod config_file;
 mod decode;
 mod encode;
 mod handshake;
+pub mod probe;
 mod transport;
 
 pub use decode::{OpenClawDecoder, OpenClawStream, RunRef, RunTracker};
@@ -93,7 +95,8 @@ pub use handshake::{
     PendingRequests, RpcOutcome, connect_frame, is_challenge,
 };
 
-pub use transport::{DEFAULT_URL, OpenClawConfig, default_config_file, token_from_file};
+pub use config_file::{NoToken, default_config_file, read_token, token_from_file};
+pub use transport::{DEFAULT_URL, OpenClawConfig};
 
 use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 
@@ -115,6 +118,7 @@ pub const ADAPTER: Adapter = Adapter {
     }],
     parse: Some(parse_decoder),
     wrap: None,
+    probes: &[probe::PROBE],
 };
 use patchbay_signal::decode::StreamDecoder;
 

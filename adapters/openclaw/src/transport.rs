@@ -1,7 +1,6 @@
 //! The WebSocket transport: `type = "openclaw"` as a source (listen only) and as a
 //! two-way output (aborts out, gateway events in through `NAME.inbound`).
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -118,22 +117,6 @@ pub(crate) fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Dia
     }))
 }
 
-/// The token from an OpenClaw config file (`gateway.auth.token`), if it has one.
-pub fn token_from_file(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let config: Value = serde_json::from_str(&text).ok()?;
-    config
-        .pointer("/gateway/auth/token")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty())
-        .map(str::to_owned)
-}
-
-/// `~/.openclaw/openclaw.json`.
-pub fn default_config_file() -> Option<PathBuf> {
-    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".openclaw/openclaw.json"))
-}
-
 struct OpenClaw {
     config: OpenClawConfig,
 }
@@ -199,8 +182,8 @@ impl Link {
     fn connect_config(&self) -> ConnectConfig {
         let token = match &self.config.token {
             Some(token) => token.clone(),
-            None => default_config_file()
-                .and_then(|path| token_from_file(&path))
+            None => crate::config_file::default_config_file()
+                .and_then(|path| crate::config_file::token_from_file(&path))
                 .unwrap_or_default(),
         };
         let mut connect = ConnectConfig::new(token);
@@ -428,12 +411,18 @@ mod tests {
             r#"{"gateway": {"mode": "local", "auth": {"token": "abc"}}}"#,
         )
         .expect("write");
-        assert_eq!(token_from_file(&path).as_deref(), Some("abc"));
+        assert_eq!(
+            crate::config_file::token_from_file(&path).as_deref(),
+            Some("abc")
+        );
         std::fs::write(&path, r#"{"gateway": {"auth": {"token": ""}}}"#).expect("write");
-        assert_eq!(token_from_file(&path), None);
+        assert_eq!(crate::config_file::token_from_file(&path), None);
         std::fs::write(&path, "not json").expect("write");
-        assert_eq!(token_from_file(&path), None);
-        assert_eq!(token_from_file(&dir.join("missing.json")), None);
+        assert_eq!(crate::config_file::token_from_file(&path), None);
+        assert_eq!(
+            crate::config_file::token_from_file(&dir.join("missing.json")),
+            None
+        );
     }
 
     #[test]

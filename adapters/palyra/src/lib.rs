@@ -57,6 +57,7 @@ pub const ADAPTER: Adapter = Adapter {
     }],
     parse: Some(parse_decoder),
     wrap: None,
+    probes: &[],
 };
 
 /// The decoder `patchbay parse --protocol palyra` drives: NDJSON whose lines are console

@@ -32,6 +32,7 @@
 mod api;
 mod component;
 mod config;
+pub mod probe;
 mod proxy;
 mod tap;
 
@@ -80,6 +81,7 @@ pub const ADAPTER: Adapter = Adapter {
     ],
     parse: None,
     wrap: None,
+    probes: &probe::PROBES,
 };
 
 pub use api::{ANTHROPIC_VERSION, Api, RequestSummary, ResponseDecoder, error_body};

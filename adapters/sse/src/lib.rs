@@ -40,4 +40,5 @@ pub const ADAPTER: patchbay_graph::Adapter = patchbay_graph::Adapter {
     }],
     parse: Some(parse_decoder),
     wrap: None,
+    probes: &[],
 };

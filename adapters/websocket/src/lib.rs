@@ -36,4 +36,5 @@ pub const ADAPTER: Adapter = Adapter {
     }],
     parse: None,
     wrap: None,
+    probes: &[],
 };

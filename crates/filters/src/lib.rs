@@ -85,6 +85,7 @@ pub const ADAPTER: Adapter = Adapter {
     ],
     parse: None,
     wrap: None,
+    probes: &[],
 };
 
 /// The `type` of the signal that clears the state of every keyed filter it goes through.

@@ -2,7 +2,7 @@
 //!
 //! Every adapter crate exports one [`Adapter`] value: its component types with their
 //! builders and options, whether it decodes captures (`patchbay parse`), wraps programs
-//! (`patchbay wrap`). The
+//! (`patchbay wrap`), and which local services it can find (`patchbay discover`). The
 //! binary keeps one list of these values; the [`Registry`](crate::Registry), the
 //! `parse`/`wrap`/`discover` commands, `patchbay components` and the did-you-mean of
 //! error messages are all derived from that list, so adding an adapter is one crate and
@@ -11,7 +11,10 @@
 use patchbay_signal::decode::StreamDecoder;
 use schemars::JsonSchema;
 
+use std::time::Duration;
+
 use crate::component::BoxFuture;
+use crate::probe::{ProbeContext, Service};
 use crate::registry::{FilterBuilder, OutputBuilder, OutputKind, SourceBuilder};
 
 /// One adapter crate's offer.
@@ -30,6 +33,8 @@ pub struct Adapter {
     pub parse: Option<ParseFn>,
     /// Runs a program under `patchbay wrap --protocol NAME`.
     pub wrap: Option<WrapFn>,
+    /// The local services it finds (`patchbay discover`, `[discovery]`).
+    pub probes: &'static [Probe],
 }
 
 impl std::fmt::Debug for Adapter {
@@ -42,6 +47,10 @@ impl std::fmt::Debug for Adapter {
             )
             .field("parse", &self.parse.is_some())
             .field("wrap", &self.wrap.is_some())
+            .field(
+                "probes",
+                &self.probes.iter().map(|p| p.service).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -145,3 +154,25 @@ pub type WrapError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Runs a wrapped program to its end; resolves to its exit status.
 pub type WrapFn = fn(WrapRequest) -> BoxFuture<Result<i32, WrapError>>;
+
+/// A local service an adapter knows how to find.
+#[derive(Clone, Copy)]
+pub struct Probe {
+    /// The service's name: `patchbay discover` lists it, `[discovery]` makes a source
+    /// `local:<service>` for it.
+    pub service: &'static str,
+    /// How often the daemon probes it at least, whatever `interval_ms` says (MIDI: every
+    /// second, so that a controller plugged in shows at once).
+    pub rescan: Option<Duration>,
+    /// Probes once; `None` when there is nothing to probe.
+    pub run: fn(ProbeContext) -> BoxFuture<Option<Service>>,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe")
+            .field("service", &self.service)
+            .field("rescan", &self.rescan)
+            .finish()
+    }
+}

@@ -20,6 +20,7 @@ pub mod embed;
 pub mod engine;
 pub mod filter;
 pub mod link_ends;
+pub mod probe;
 pub mod queue;
 pub mod registry;
 pub mod runtime;
@@ -31,7 +32,7 @@ pub use component::{
     BoxFuture, ComponentError, Output, OutputContext, Shutdown, Source, SourceContext,
 };
 pub use config::{Diagnostic, Options, SourceText};
-pub use descriptor::{Adapter, ComponentType, Role, WrapRequest, options_of};
+pub use descriptor::{Adapter, ComponentType, Probe, Role, WrapRequest, options_of};
 pub use embed::{ChannelOutput, ChannelSource, RunningGraph};
 pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
 pub use link_ends::{GaveUp, LinkEnds};

@@ -71,6 +71,7 @@ pub const ADAPTER: Adapter = Adapter {
     }],
     parse: None,
     wrap: None,
+    probes: &[],
 };
 
 fn build(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
