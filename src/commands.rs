@@ -9,26 +9,64 @@ use patchbay_graph::{Graph, NodeKind, Port, SourceText};
 use patchbay_graph::WrapRequest;
 use patchbay_graph::config::suggestion;
 
+use crate::config_files::{self, ConfigChoice, DefaultPipeline};
+use crate::instance::{self, InstanceLock};
 use crate::pipeline::{ADAPTERS, DEFAULT_PIPELINE, registry};
 
-/// Loads and compiles configs; on errors prints them and returns `None`.
+/// The exit status of `run` when a config is wrong (sysexits' `EX_CONFIG`).
+pub const EXIT_CONFIG: u8 = 78;
+/// The exit status of `run` when something it needs is not there: the instance is
+/// already running, a port is taken, a file is missing (sysexits' `EX_UNAVAILABLE`).
+pub const EXIT_UNAVAILABLE: u8 = 69;
+
+/// `patchbay run`'s options.
+#[derive(Debug, Default, clap::Args)]
+pub struct RunArgs {
+    /// A config file, or a folder of `*.toml` files; repeat for more, merged into one
+    /// graph. None: `PATCHBAY_CONFIG`, else `$XDG_CONFIG_HOME/patchbay/`, else the
+    /// built-in default pipeline.
+    #[arg(short = 'c', long = "config", value_name = "PATH")]
+    config: Vec<PathBuf>,
+    /// Config files or folders (the same as `-c`).
+    #[arg(value_name = "CONFIG")]
+    configs: Vec<PathBuf>,
+    /// The default pipeline's sidecar address (default `127.0.0.1:7878`).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// The instance's name: a second daemon of one instance refuses to start (default:
+    /// derived from the configs).
+    #[arg(long, value_name = "NAME")]
+    instance: Option<String>,
+}
+
+/// Loads and compiles config files; on errors prints them and returns `None`.
 fn load(configs: &[PathBuf]) -> Option<Graph> {
     let files = if configs.is_empty() {
         vec![SourceText::new("<default pipeline>", DEFAULT_PIPELINE)]
     } else {
-        match patchbay_graph::read_config_paths(configs) {
-            Ok(files) if files.is_empty() => {
-                eprintln!("patchbay: no *.toml config in {configs:?}");
-                return None;
-            }
-            Ok(files) => files,
-            Err(e) => {
-                eprintln!("{e}");
-                return None;
-            }
-        }
+        read(configs)?
     };
-    match patchbay_graph::compile(&files, &registry()) {
+    compile(&files)
+}
+
+/// Reads config paths; on errors prints them and returns `None`.
+fn read(configs: &[PathBuf]) -> Option<Vec<SourceText>> {
+    match patchbay_graph::read_config_paths(configs) {
+        Ok(files) if files.is_empty() => {
+            eprintln!("patchbay: no *.toml config in {configs:?}");
+            None
+        }
+        Ok(files) => Some(files),
+        Err(e) => {
+            eprintln!("{e}");
+            None
+        }
+    }
+}
+
+/// Compiles configs; on errors prints them and returns `None`.
+fn compile(files: &[SourceText]) -> Option<Graph> {
+    match patchbay_graph::compile(files, &registry()) {
         Ok(graph) => Some(graph),
         Err(errors) => {
             for e in &errors {
@@ -44,6 +82,7 @@ fn load(configs: &[PathBuf]) -> Option<Graph> {
     }
 }
 
+/// `patchbay validate CONFIG…`.
 pub fn validate(configs: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let Some(graph) = load(configs) else {
         return Ok(ExitCode::FAILURE);
@@ -59,9 +98,55 @@ pub fn validate(configs: &[PathBuf]) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(configs: &[PathBuf]) -> anyhow::Result<ExitCode> {
-    let Some(graph) = load(configs) else {
-        return Ok(ExitCode::FAILURE);
+/// `patchbay run`: the daemon, until SIGINT or SIGTERM.
+pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    let given: Vec<PathBuf> = args.config.iter().chain(&args.configs).cloned().collect();
+    let choice = config_files::choose(
+        &given,
+        std::env::var_os("PATCHBAY_CONFIG"),
+        config_files::user_config_dir(),
+    );
+    let (files, configs) = match &choice {
+        ConfigChoice::Paths(paths) => {
+            if args.listen.is_some() {
+                eprintln!(
+                    "patchbay: --listen moves the default pipeline's sidecar; with configs, set `listen` in them"
+                );
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            }
+            let Some(files) = read(paths) else {
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            };
+            (files, paths.clone())
+        }
+        ConfigChoice::Default => {
+            let pipeline = DefaultPipeline {
+                listen: args.listen.clone(),
+                stdin: !std::io::stdin().is_terminal(),
+            };
+            match pipeline.source_text() {
+                Ok(text) => (vec![text], Vec::new()),
+                Err(e) => anyhow::bail!("the default pipeline does not parse: {e}"),
+            }
+        }
+    };
+    let Some(graph) = compile(&files) else {
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    };
+    let instance = args
+        .instance
+        .clone()
+        .unwrap_or_else(|| instance::derived_name(&configs, args.listen.as_deref()));
+    let _lock = match InstanceLock::acquire(&instance::lock_dir(), &instance) {
+        Ok(lock) => {
+            tracing::debug!(lock = %lock.path().display(), "instance `{instance}`");
+            lock
+        }
+        Err(e) => {
+            eprintln!("patchbay: {e}");
+            return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+        }
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -13,8 +13,10 @@
 
 mod commands;
 mod components;
+mod config_files;
 mod discover;
 pub mod discovery;
+mod instance;
 #[cfg(feature = "midi")]
 mod midi;
 mod parse;
@@ -32,6 +34,19 @@ pub use pipeline::{ADAPTERS, DEFAULT_PIPELINE, probes, registry};
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// How log lines are written to standard error: `text` (coloured only on a terminal)
+    /// or `json` (one object per line, for a log collector).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -58,10 +73,7 @@ enum Command {
         command: MidiCommand,
     },
     /// Run the daemon on CONFIG files or directories (no CONFIG: the default pipeline).
-    Run {
-        /// Config files, or directories of `*.toml` files, merged into one graph.
-        configs: Vec<std::path::PathBuf>,
-    },
+    Run(commands::RunArgs),
     /// Check configs; exit 1 with FILE:LINE:COL messages.
     Validate {
         /// Config files or directories.
@@ -158,11 +170,12 @@ enum MidiCommand {
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
-    let result = match cli.command.unwrap_or(Command::Run {
-        configs: Vec::new(),
-    }) {
-        Command::Run { configs } => commands::run(&configs),
+    init_logging(cli.log_format);
+    let result = match cli
+        .command
+        .unwrap_or_else(|| Command::Run(commands::RunArgs::default()))
+    {
+        Command::Run(args) => commands::run(&args),
         Command::Discover { json } => discover::run(json),
         Command::Components { type_name, json } => components::run(type_name.as_deref(), json),
         #[cfg(feature = "midi")]
@@ -201,12 +214,18 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("PATCHBAY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+    };
 }

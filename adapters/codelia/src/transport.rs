@@ -34,7 +34,8 @@ pub struct CodeliaConfig {
     /// The runtime's command line, program first (e.g. `["node",
     /// "packages/runtime/dist/index.js"]`).
     pub command: Vec<String>,
-    /// Its working directory (default: patchbay's).
+    /// Its working directory (default: patchbay's); a relative path is relative to the
+    /// config file's folder.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
     /// Extra environment variables for it.
@@ -43,7 +44,8 @@ pub struct CodeliaConfig {
 }
 
 fn parse_config(options: &Options<'_>) -> Result<CodeliaConfig, Diagnostic> {
-    let config: CodeliaConfig = options.parse()?;
+    let mut config: CodeliaConfig = options.parse()?;
+    config.cwd = config.cwd.map(|cwd| options.resolve_path(&cwd));
     if config.command.first().is_none_or(|p| p.trim().is_empty()) {
         return Err(options.error_at("command", "`command` needs at least the program to run"));
     }

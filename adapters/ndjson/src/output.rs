@@ -37,7 +37,8 @@ fn default_format() -> LineFormat {
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileOutputConfig {
-    /// The file to append to (created if missing).
+    /// The file to append to (created if missing); a relative path is relative to the
+    /// config file's folder.
     pub path: PathBuf,
 }
 
@@ -52,7 +53,8 @@ pub(crate) fn build_stdout(options: &Options<'_>) -> Result<Box<dyn Output>, Dia
 }
 
 pub(crate) fn build_file(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
-    let config: FileOutputConfig = options.parse()?;
+    let mut config: FileOutputConfig = options.parse()?;
+    config.path = options.resolve_path(&config.path);
     Ok(Box::new(FileOutput { config }))
 }
 

@@ -26,7 +26,7 @@ pub enum FileFormat {
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSourceConfig {
-    /// The file to read.
+    /// The file to read; a relative path is relative to the config file's folder.
     pub path: PathBuf,
     /// `"signals"` (NDJSON envelopes, default) or `"scenario"` (sajou emitter lines).
     #[serde(default)]
@@ -52,7 +52,8 @@ fn default_speed() -> f64 {
 pub struct StdinConfig {}
 
 pub(crate) fn build_file(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
-    let config: FileSourceConfig = options.parse()?;
+    let mut config: FileSourceConfig = options.parse()?;
+    config.path = options.resolve_path(&config.path);
     if !(config.speed.is_finite() && config.speed >= 0.0) {
         return Err(options.error_at("speed", "`speed` must be a number >= 0"));
     }

@@ -22,11 +22,11 @@ pub fn read_config_paths(paths: &[std::path::PathBuf]) -> Result<Vec<SourceText>
             entries.sort();
             for p in entries {
                 let text = std::fs::read_to_string(&p).map_err(io_error)?;
-                files.push(SourceText::new(p.display().to_string(), text));
+                files.push(SourceText::from_file(&p, text));
             }
         } else {
             let text = std::fs::read_to_string(path).map_err(io_error)?;
-            files.push(SourceText::new(path.display().to_string(), text));
+            files.push(SourceText::from_file(path, text));
         }
     }
     Ok(files)

@@ -10,6 +10,9 @@ pub struct SourceText {
     pub path: String,
     /// The file's contents.
     pub text: String,
+    /// The folder relative paths in the file are relative to: the file's own folder for a
+    /// file read from disk, `None` (the current directory) for text without a file.
+    pub base_dir: Option<std::path::PathBuf>,
 }
 
 impl SourceText {
@@ -18,6 +21,23 @@ impl SourceText {
         SourceText {
             path: path.into(),
             text: text.into(),
+            base_dir: None,
+        }
+    }
+
+    /// The text of the config file at `path`: relative paths in it are relative to its
+    /// folder.
+    pub fn from_file(path: &std::path::Path, text: impl Into<String>) -> Self {
+        SourceText {
+            base_dir: Some(
+                path.parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .map_or_else(
+                        || std::path::PathBuf::from("."),
+                        std::path::Path::to_path_buf,
+                    ),
+            ),
+            ..SourceText::new(path.display().to_string(), text)
         }
     }
 

@@ -67,6 +67,15 @@ impl<'a> Options<'a> {
         })
     }
 
+    /// A path option as written in the config, resolved against the config file's folder
+    /// when it is relative (text without a file: the current directory).
+    pub fn resolve_path(&self, path: &std::path::Path) -> std::path::PathBuf {
+        match &self.file.base_dir {
+            Some(base) if path.is_relative() => base.join(path),
+            _ => path.to_path_buf(),
+        }
+    }
+
     /// Whether a key is present.
     pub fn has(&self, key: &str) -> bool {
         self.find(key).is_some()

@@ -1,0 +1,133 @@
+//! `patchbay run` as a daemon: where its configs come from, its exit statuses, one daemon
+//! per instance, and paths relative to the config that names them.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use patchbay_testkit::scratch::ScratchDir;
+
+fn patchbay() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_patchbay"));
+    command
+        .env("PATCHBAY_LOG", "warn")
+        .env_remove("PATCHBAY_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Kills the daemon even when an assertion fails.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (bounded) until `path` holds at least `n` lines.
+fn wait_for_lines(path: &Path, n: usize) -> Vec<String> {
+    for _ in 0..600 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("{} never had {n} lines", path.display());
+}
+
+#[test]
+fn a_bad_config_exits_78_with_its_location() {
+    let dir = ScratchDir::new("daemon-bad");
+    let config = dir.join("p.toml");
+    std::fs::write(&config, "[sources.a]\ntype = \"stdn\"\n").unwrap();
+    let out = patchbay()
+        .args(["run", "-c"])
+        .arg(&config)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("p.toml:2:8"), "{stderr}");
+    assert!(stderr.contains("did you mean `stdin`"), "{stderr}");
+}
+
+#[test]
+fn paths_are_relative_to_the_config_and_the_config_comes_from_the_environment() {
+    let dir = ScratchDir::new("daemon-relative");
+    std::fs::write(
+        dir.join("in.jsonl"),
+        "{\"type\":\"text_delta\",\"payload\":{\"agentId\":\"a\",\"content\":\"hi\"}}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("p.toml"),
+        "[sources.in]\ntype = \"file\"\npath = \"in.jsonl\"\n\n[outputs.out]\ntype = \"file\"\ninputs = [\"in\"]\npath = \"out.jsonl\"\n",
+    )
+    .unwrap();
+    // Run from elsewhere, the config named by PATCHBAY_CONFIG only.
+    let elsewhere = ScratchDir::new("daemon-cwd");
+    let out = patchbay()
+        .arg("run")
+        .env("PATCHBAY_CONFIG", dir.join("p.toml"))
+        .current_dir(elsewhere.path())
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(dir.join("out.jsonl")).expect("out.jsonl beside p.toml");
+    assert!(written.contains("\"content\":\"hi\""), "{written}");
+    assert!(!elsewhere.join("out.jsonl").exists());
+}
+
+#[test]
+fn a_second_daemon_of_one_instance_exits_69_naming_the_first() {
+    let dir = ScratchDir::new("daemon-instance");
+    let out_path = dir.join("out.jsonl");
+    let config = dir.join("p.toml");
+    // A sidecar on a free port keeps the first daemon running; it writes one signal on
+    // start so that the test knows it is up.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    std::fs::write(dir.join("in.jsonl"), "{\"type\":\"up\",\"payload\":{}}\n").unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[sources.in]\ntype = \"file\"\npath = \"in.jsonl\"\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"in\"]\nlisten = \"127.0.0.1:{port}\"\n\n[outputs.out]\ntype = \"file\"\ninputs = [\"in\"]\npath = \"{}\"\n",
+            out_path.display()
+        ),
+    )
+    .unwrap();
+    let runtime_dir = ScratchDir::new("daemon-runtime");
+    let first = Daemon(
+        patchbay()
+            .arg("run")
+            .arg(&config)
+            .env("XDG_RUNTIME_DIR", runtime_dir.path())
+            .spawn()
+            .expect("first daemon"),
+    );
+    wait_for_lines(&out_path, 1);
+    let second = patchbay()
+        .args(["run", "-c"])
+        .arg(&config)
+        .env("XDG_RUNTIME_DIR", runtime_dir.path())
+        .output()
+        .expect("second daemon");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.contains(&format!("as pid {}", first.0.id())),
+        "{stderr}"
+    );
+    drop(first);
+}
