@@ -21,6 +21,7 @@ mod instance;
 mod midi;
 mod parse;
 mod pipeline;
+mod service;
 
 use std::process::ExitCode;
 
@@ -65,6 +66,12 @@ enum Command {
         /// As JSON (a type's options as a JSON schema).
         #[arg(long)]
         json: bool,
+    },
+    /// Run patchbay as a background service of your session (systemd user unit on
+    /// Linux, launchd agent on macOS).
+    Service {
+        #[command(subcommand)]
+        command: ServiceCommand,
     },
     /// MIDI ports: list them, watch one, learn a control.
     #[cfg(feature = "midi")]
@@ -137,6 +144,34 @@ enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum ServiceCommand {
+    /// Write the unit (or agent) and start it; it runs `patchbay run` with these configs.
+    Install {
+        /// Config files or folders for `run` (none: its own lookup, ~/.config/patchbay/).
+        #[arg(short = 'c', long = "config", value_name = "PATH")]
+        config: Vec<std::path::PathBuf>,
+        /// Print the file instead of writing it.
+        #[arg(long)]
+        print: bool,
+        /// The service manager (default: this system's).
+        #[arg(long, value_enum)]
+        manager: Option<service::Manager>,
+    },
+    /// Stop the service and remove its unit.
+    Uninstall {
+        /// The service manager (default: this system's).
+        #[arg(long, value_enum)]
+        manager: Option<service::Manager>,
+    },
+    /// Whether the service is installed and running (exit 3 when it is not).
+    Status {
+        /// The service manager (default: this system's).
+        #[arg(long, value_enum)]
+        manager: Option<service::Manager>,
+    },
+}
+
 #[cfg(feature = "midi")]
 #[derive(Debug, Subcommand)]
 enum MidiCommand {
@@ -178,6 +213,23 @@ pub fn main() -> ExitCode {
         Command::Run(args) => commands::run(&args),
         Command::Discover { json } => discover::run(json),
         Command::Components { type_name, json } => components::run(type_name.as_deref(), json),
+        Command::Service { command } => match command {
+            ServiceCommand::Install {
+                config,
+                print,
+                manager,
+            } => service::install(
+                manager.unwrap_or_else(service::Manager::native),
+                &config,
+                print,
+            ),
+            ServiceCommand::Uninstall { manager } => {
+                service::uninstall(manager.unwrap_or_else(service::Manager::native))
+            }
+            ServiceCommand::Status { manager } => {
+                service::status(manager.unwrap_or_else(service::Manager::native))
+            }
+        },
         #[cfg(feature = "midi")]
         Command::Midi { command } => match command {
             MidiCommand::List { json } => midi::list(json),

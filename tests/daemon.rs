@@ -131,3 +131,53 @@ fn a_second_daemon_of_one_instance_exits_69_naming_the_first() {
     );
     drop(first);
 }
+
+#[test]
+fn service_install_writes_a_user_unit_that_uninstall_removes() {
+    let home = ScratchDir::new("daemon-service");
+    let config = home.join("main.toml");
+    std::fs::write(&config, "").unwrap();
+    // No service manager on PATH: the unit is written and the manual command printed.
+    let empty_path = ScratchDir::new("daemon-no-path");
+    let service = |args: &[&str]| {
+        patchbay()
+            .arg("service")
+            .args(args)
+            .args(["--manager", "systemd"])
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("PATH", empty_path.path())
+            .output()
+            .expect("runs")
+    };
+    let printed = service(&["install", "--print", "-c", config.to_str().unwrap()]);
+    let unit_text = String::from_utf8_lossy(&printed.stdout).into_owned();
+    assert!(unit_text.contains("Restart=on-failure"), "{unit_text}");
+    assert!(
+        unit_text.contains(&format!("run -c {}", config.display())),
+        "{unit_text}"
+    );
+    let unit = home.join("config/systemd/user/patchbay.service");
+    assert!(!unit.exists(), "--print writes nothing");
+
+    let installed = service(&["install", "-c", config.to_str().unwrap()]);
+    assert!(installed.status.success());
+    assert_eq!(std::fs::read_to_string(&unit).unwrap(), unit_text);
+    let stderr = String::from_utf8_lossy(&installed.stderr);
+    assert!(
+        stderr.contains("systemctl --user enable --now patchbay.service"),
+        "{stderr}"
+    );
+
+    let status = service(&["status"]);
+    assert_eq!(
+        status.status.code(),
+        Some(3),
+        "not running: no manager here"
+    );
+    assert!(String::from_utf8_lossy(&status.stdout).contains("installed:"));
+
+    assert!(service(&["uninstall"]).status.success());
+    assert!(!unit.exists());
+    assert_eq!(service(&["status"]).status.code(), Some(3));
+}
