@@ -174,10 +174,13 @@ async fn replay_scenario(
                     }
                 }
                 timeline += delay as i64;
-                let mut signal =
-                    normalizer.from_value(obj.get("signal").cloned().unwrap_or(Value::Null));
-                signal.timestamp = start + timeline;
-                Decoded::Signal(signal)
+                match normalizer.from_value(obj.get("signal").cloned().unwrap_or(Value::Null)) {
+                    Decoded::Signal(mut signal) => {
+                        signal.timestamp = start + timeline;
+                        Decoded::Signal(signal)
+                    }
+                    bad => bad,
+                }
             }
             Ok(_) => Decoded::BadInput(normalizer.bad_input(
                 &line,

@@ -49,7 +49,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use patchbay_signal::decode::{LineSplitter, RecordedLine, StreamDecoder, recorded_line};
+use patchbay_signal::decode::{JsonTexts, RecordedLine, StreamDecoder, recorded_line};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{self, AgentState};
 use patchbay_signal::{Object, Signal, now_ms};
@@ -122,7 +122,7 @@ struct Frame {
 #[derive(Debug)]
 pub struct PalyraDecoder {
     source: String,
-    lines: LineSplitter,
+    texts: JsonTexts,
     runs: Runs,
     resume: RealtimeResume,
     /// The run named by the console stream's `meta` line.
@@ -138,7 +138,7 @@ impl PalyraDecoder {
     pub fn new(source: impl Into<String>) -> Self {
         PalyraDecoder {
             source: source.into(),
-            lines: LineSplitter::with_max_line(MAX_LINE),
+            texts: JsonTexts::new(MAX_LINE),
             runs: Runs::default(),
             resume: RealtimeResume::new(),
             meta_run: None,
@@ -865,8 +865,8 @@ impl PalyraDecoder {
         )));
     }
 
-    fn on_line(&mut self, line: Result<&str, &str>, out: &mut Vec<Decoded>) {
-        match line {
+    fn on_text(&mut self, text: Result<&str, &str>, out: &mut Vec<Decoded>) {
+        match text {
             Ok(text) => self.decode_frame(text, out),
             Err(cut) => self.bad(out, cut, "line too long"),
         }
@@ -875,15 +875,15 @@ impl PalyraDecoder {
 
 impl StreamDecoder for PalyraDecoder {
     fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
-        let mut lines = std::mem::take(&mut self.lines);
-        lines.feed(bytes, |line| self.on_line(line, out));
-        self.lines = lines;
+        let mut texts = std::mem::take(&mut self.texts);
+        texts.feed(bytes, |text| self.on_text(text, out));
+        self.texts = texts;
     }
 
     fn finish(&mut self, out: &mut Vec<Decoded>) {
-        let mut lines = std::mem::take(&mut self.lines);
-        lines.finish(|line| self.on_line(line, out));
-        self.lines = lines;
+        let mut texts = std::mem::take(&mut self.texts);
+        texts.finish(|text| self.on_text(text, out));
+        self.texts = texts;
     }
 }
 

@@ -62,7 +62,8 @@ pub const ADAPTER: Adapter = Adapter {
 
 /// The decoder `patchbay parse --protocol palyra` drives: NDJSON whose lines are console
 /// run stream lines, realtime frames, ACP result envelopes or recorded lines
-/// (`{"t","dir":"in","frame"}`), told apart per line.
+/// (`{"t","dir":"in","frame"}`), told apart per line; a frame pretty-printed over several
+/// lines is read whole.
 pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
     Box::new(PalyraDecoder::new(source))
 }

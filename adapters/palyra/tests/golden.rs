@@ -196,3 +196,24 @@ fn last_line_without_newline_is_decoded() {
     let signals = into_signals(decode_whole(&mut PalyraDecoder::new(SOURCE), trimmed));
     assert_eq!(signals.last().unwrap().kind, "palyra.complete");
 }
+
+#[test]
+fn a_capture_pretty_printed_over_several_lines_decodes_the_same() {
+    let frames = realtime_frames();
+    let compact = into_signals(decode_whole(
+        parse_decoder(SOURCE).as_mut(),
+        &ndjson(&frames),
+    ));
+    let pretty: String = frames
+        .iter()
+        .map(|f| serde_json::to_string_pretty(f).unwrap() + "\n")
+        .collect();
+    assert!(
+        pretty.lines().count() > frames.len() * 3,
+        "really multi-line"
+    );
+    let from_pretty = into_signals(decode_whole(parse_decoder(SOURCE).as_mut(), &pretty));
+    assert_all_valid(&from_pretty);
+    assert_eq!(kinds(&from_pretty), kinds(&compact));
+    assert!(from_pretty.iter().all(|s| s.kind != "error"));
+}

@@ -503,7 +503,9 @@ fn envelope(mut object: Object, input: &Signal) -> Signal {
             object.insert(field.into(), value);
         }
     }
-    Normalizer::new(input.source.clone()).from_value(Value::Object(object))
+    Normalizer::new(input.source.clone())
+        .from_value(Value::Object(object))
+        .into_signal()
 }
 
 /// A JSON number, integral values as integers.

@@ -76,7 +76,9 @@ pub fn run_test(graph: &Graph, test: &TestCase) -> TestResult {
         if let Value::Object(o) = &mut value {
             o.entry("timestamp").or_insert(Value::from(last));
         }
-        let signal = Normalizer::new(format!("test:{}", input.insert_at)).from_value(value);
+        let signal = Normalizer::new(format!("test:{}", input.insert_at))
+            .from_value(value)
+            .into_signal();
         last = signal.timestamp;
         engine.inject(node, Arc::new(signal), last, &mut |_, _| {});
     }

@@ -4,7 +4,7 @@
 //! OpenTUI back-channel messages: `{"kind":"control","op":…}` becomes `control.<op>` and
 //! `{"kind":"answer","prompt-id":…,"value"|"cancelled":…}` becomes `control.answer`.
 
-use patchbay_signal::normalize::Normalizer;
+use patchbay_signal::normalize::{Normalizer, type_error};
 use patchbay_signal::{Object, Signal, control};
 use serde_json::Value;
 
@@ -22,7 +22,7 @@ pub fn ui_frame_to_signal(normalizer: &mut Normalizer, text: &str) -> Result<Sig
 
 /// Turns one JSON value (a frame, or one element of a POSTed array) into a signal.
 pub fn value_to_signal(normalizer: &mut Normalizer, value: Value) -> Result<Signal, BadFrame> {
-    let Value::Object(mut obj) = value else {
+    let Value::Object(obj) = value else {
         return Err(BadFrame(format!(
             "expected a JSON object (a signal envelope), got {}",
             json_kind(&value)
@@ -41,16 +41,12 @@ pub fn value_to_signal(normalizer: &mut Normalizer, value: Value) -> Result<Sign
             None => {}
         }
     }
-    // An object without `type` is a generic event (design: "sajou / generic JSON"); a
-    // `type` that is not a string is a mistake worth telling the sender about.
-    if obj.get("type").is_some_and(|t| !t.is_string()) {
-        let t = obj.remove("type").unwrap_or(Value::Null);
-        return Err(BadFrame(format!(
-            "`type` must be a string, got {}",
-            json_kind(&t)
-        )));
+    // The same rule as every other path: an object without `type` is a generic event, a
+    // `type` that is not a string is bad input, told to the sender.
+    if let Some(why) = type_error(&obj) {
+        return Err(BadFrame(why));
     }
-    Ok(normalizer.from_value(Value::Object(obj)))
+    Ok(normalizer.from_value(Value::Object(obj)).into_signal())
 }
 
 fn control_frame(normalizer: &Normalizer, mut obj: Object) -> Result<Signal, BadFrame> {

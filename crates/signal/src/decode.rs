@@ -77,6 +77,81 @@ impl LineSplitter {
     }
 }
 
+/// Splits a byte stream into JSON texts, one per line as in NDJSON, but also a value
+/// written over several lines (a pretty-printed capture): a line that opens a JSON value
+/// without finishing it is joined with the next lines until the value is complete. A
+/// line that is not JSON at all is passed on as it is (the decoder reports it), and a
+/// value still open after `max` bytes is passed as `Err(first bytes)`.
+#[derive(Debug, Clone, Default)]
+pub struct JsonTexts {
+    lines: LineSplitter,
+    partial: String,
+    max: usize,
+}
+
+impl JsonTexts {
+    /// A splitter of texts up to `max` bytes.
+    pub fn new(max: usize) -> Self {
+        JsonTexts {
+            lines: LineSplitter::with_max_line(max),
+            partial: String::new(),
+            max,
+        }
+    }
+
+    /// Feeds bytes; calls `text` with each complete JSON text (or line).
+    pub fn feed(&mut self, bytes: &[u8], mut text: impl FnMut(Result<&str, &str>)) {
+        let mut lines = std::mem::take(&mut self.lines);
+        lines.feed(bytes, |line| self.on_line(line, &mut text));
+        self.lines = lines;
+    }
+
+    /// Ends the stream: passes what is left, finished or not.
+    pub fn finish(&mut self, mut text: impl FnMut(Result<&str, &str>)) {
+        let mut lines = std::mem::take(&mut self.lines);
+        lines.finish(|line| self.on_line(line, &mut text));
+        self.lines = lines;
+        if !self.partial.is_empty() {
+            text(Ok(&std::mem::take(&mut self.partial)));
+        }
+    }
+
+    fn on_line(&mut self, line: Result<&str, &str>, text: &mut impl FnMut(Result<&str, &str>)) {
+        let line = match line {
+            Ok(line) => line,
+            Err(cut) => {
+                self.partial.clear();
+                return text(Err(cut));
+            }
+        };
+        if self.partial.is_empty() {
+            let opens = line.trim_start().starts_with(['{', '[']);
+            if opens && is_unfinished(line) {
+                self.partial.push_str(line);
+            } else {
+                text(Ok(line));
+            }
+            return;
+        }
+        self.partial.push('\n');
+        self.partial.push_str(line);
+        if self.partial.len() > self.max {
+            let cut = crate::truncate(
+                &std::mem::take(&mut self.partial),
+                crate::normalize::RAW_KEEP,
+            );
+            text(Err(&cut));
+        } else if !is_unfinished(&self.partial) {
+            text(Ok(&std::mem::take(&mut self.partial)));
+        }
+    }
+}
+
+/// Whether `text` is the beginning of a JSON value that more text could complete.
+fn is_unfinished(text: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(text).is_err_and(|e| e.is_eof())
+}
+
 /// NDJSON of generic envelopes (`patchbay parse --protocol sajou`, `stdin`, `file`).
 #[derive(Debug, Clone)]
 pub struct NdjsonDecoder {
@@ -124,7 +199,7 @@ pub fn decode_line(normalizer: &mut Normalizer, text: &str) -> Option<Decoded> {
         Decoded::Signal(s) if s.kind == "event" && is_scenario_line(&s.payload) => {
             let mut payload = s.payload;
             let signal = payload.remove("signal").unwrap_or(Value::Null);
-            Decoded::Signal(normalizer.from_value(signal))
+            normalizer.from_value(signal)
         }
         other => other,
     })
@@ -305,6 +380,37 @@ mod tests {
             recorded_line(json!({"kind": "event"})),
             RecordedLine::Bare(json!({"kind": "event"}))
         );
+    }
+
+    #[test]
+    fn json_texts_join_a_pretty_printed_value_and_pass_lines_as_they_are() {
+        let input = "{\"a\": 1}\n{\n  \"b\": [\n    1\n  ]\n}\nnot json\n{\"c\":\n";
+        for split in [1, 3, input.len()] {
+            let mut texts = JsonTexts::new(1024);
+            let mut got: Vec<String> = Vec::new();
+            for chunk in input.as_bytes().chunks(split) {
+                texts.feed(chunk, |t| {
+                    got.push(t.map_or_else(|c| format!("cut:{c}"), str::to_owned))
+                });
+            }
+            texts.finish(|t| got.push(t.map_or_else(|c| format!("cut:{c}"), str::to_owned)));
+            assert_eq!(
+                got,
+                [
+                    "{\"a\": 1}",
+                    "{\n  \"b\": [\n    1\n  ]\n}",
+                    "not json",
+                    "{\"c\":"
+                ],
+                "split {split}"
+            );
+        }
+        let mut texts = JsonTexts::new(8);
+        let mut got = Vec::new();
+        texts.feed(b"{\n\"long\": \n1234567\n}\n{}\n", |t| got.push(t.is_ok()));
+        // Past the bound the value is cut; its remaining lines pass on one by one (the decoder
+        // reports them), and the next value is read as usual.
+        assert_eq!(got, [false, true, true, true]);
     }
 
     #[test]

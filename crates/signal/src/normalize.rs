@@ -73,18 +73,25 @@ impl Normalizer {
             return None;
         }
         Some(match serde_json::from_str::<Value>(trimmed) {
-            Ok(value) => Decoded::Signal(self.from_value(value)),
+            Ok(value) => self.from_value(value),
             Err(err) => Decoded::BadInput(self.bad_input(trimmed, &format!("not JSON: {err}"))),
         })
     }
 
-    /// Normalizes one JSON value to a valid signal.
-    pub fn from_value(&mut self, value: Value) -> Signal {
+    /// Normalizes one JSON value to a valid signal: an envelope, an event, or bad input
+    /// (an object whose `type` is not a string: see [`type_error`]).
+    pub fn from_value(&mut self, value: Value) -> Decoded {
         let signal = match value {
             Value::Object(obj) if obj.get("type").is_some_and(Value::is_string) => {
                 self.envelope(obj)
             }
-            Value::Object(obj) => self.event(obj),
+            Value::Object(obj) => {
+                if let Some(why) = type_error(&obj) {
+                    let raw = Value::Object(obj).to_string();
+                    return Decoded::BadInput(self.bad_input(&raw, &why));
+                }
+                self.event(obj)
+            }
             other => {
                 let mut payload = Object::new();
                 payload.insert("value".into(), other);
@@ -92,7 +99,7 @@ impl Normalizer {
             }
         };
         self.last_timestamp = signal.timestamp;
-        signal
+        Decoded::Signal(signal)
     }
 
     /// The `error` signal reporting unusable input `raw` (kept truncated in
@@ -198,6 +205,22 @@ impl Normalizer {
     }
 }
 
+/// Why an object is neither an envelope nor an event: it has a `type` that is not a
+/// string. (An object without `type` is an event; the same rule holds on every path a
+/// signal enters by, a file, standard input, a WebSocket or a POST.)
+pub fn type_error(object: &Object) -> Option<String> {
+    let kind = object.get("type")?;
+    let what = match kind {
+        Value::String(_) => return None,
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    Some(format!("`type` must be a string, got {what}"))
+}
+
 /// An `error` signal `{message, severity: "warning", code: "bad_frame"}` from `source` at
 /// `timestamp`, with `raw` (truncated to [`RAW_KEEP`] bytes) in `metadata.raw`.
 pub fn bad_input_signal(source: &str, timestamp: i64, raw: &str, message: &str) -> Signal {
@@ -236,27 +259,37 @@ mod tests {
 
     #[test]
     fn missing_timestamp_is_filled_with_now() {
-        let s = n().from_value(json!({"type": "x"}));
+        let s = n().from_value(json!({"type": "x"})).into_signal();
         assert!(s.timestamp > 1_600_000_000_000);
     }
 
     #[test]
-    fn object_without_type_is_an_event() {
-        let s = n().from_value(json!({"hello": "world", "type": 3}));
+    fn object_without_type_is_an_event_and_a_type_that_is_no_string_is_bad_input() {
+        let s = n().from_value(json!({"hello": "world"})).into_signal();
         assert_eq!(s.kind, "event");
-        assert_eq!(s.payload["type"], 3);
+        assert_eq!(s.payload["hello"], "world");
+        let bad = n().from_value(json!({"hello": "world", "type": 5}));
+        assert!(bad.is_bad());
+        let s = bad.into_signal();
+        assert_eq!(s.kind, "error");
+        assert_eq!(
+            s.payload["message"],
+            "`type` must be a string, got a number"
+        );
     }
 
     #[test]
     fn scalar_is_an_event_with_value() {
-        let s = n().from_value(json!([1, 2]));
+        let s = n().from_value(json!([1, 2])).into_signal();
         assert_eq!(s.kind, "event");
         assert_eq!(s.payload["value"], json!([1, 2]));
     }
 
     #[test]
     fn unknown_envelope_fields_go_to_metadata_unknown() {
-        let s = n().from_value(json!({"type": "x", "extra": true, "metadata": {"k": 1}}));
+        let s = n()
+            .from_value(json!({"type": "x", "extra": true, "metadata": {"k": 1}}))
+            .into_signal();
         assert_eq!(s.meta("unknown").unwrap()["extra"], true);
         assert_eq!(s.meta("k").unwrap(), 1);
         patchbay_testkit::assert_schema_valid(&s.to_value());
@@ -285,8 +318,9 @@ mod tests {
 
     #[test]
     fn well_known_payloads_are_repaired() {
-        let s =
-            n().from_value(json!({"type": "text_delta", "payload": {"content": "x", "foo": 1}}));
+        let s = n()
+            .from_value(json!({"type": "text_delta", "payload": {"content": "x", "foo": 1}}))
+            .into_signal();
         assert_eq!(s.kind, "text_delta");
         assert_eq!(s.payload["agentId"], "test:n");
         assert_eq!(s.meta("extra").unwrap()["foo"], 1);
