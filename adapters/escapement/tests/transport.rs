@@ -264,7 +264,7 @@ fn config_errors_point_at_the_key() {
     let r = registry();
     let cases = [
         ("url = \"http://x\"", "ws://"),
-        ("url = \"wss://x\"", "no TLS"),
+        ("url = \"wss://\"", "no host"),
         ("url = \"ws://\"", "no host"),
         ("url = \"ws://x\"\nbackoff_initial_ms = 0", "at least 1"),
         (

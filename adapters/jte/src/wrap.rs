@@ -57,7 +57,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::pty;
 use crate::{DEFAULT_MAX_PAYLOAD, JteDecoder, JteParser, encode_control};
-use patchbay_graph::backoff::Backoff;
+use patchbay_http::Backoff;
 
 /// Where a running patchbay's sidecar listens by default.
 pub const DEFAULT_TO: &str = "http://127.0.0.1:7878";

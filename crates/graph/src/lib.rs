@@ -10,7 +10,6 @@
 
 #![warn(missing_docs)]
 
-pub mod backoff;
 pub mod compile;
 pub mod component;
 pub mod config;
@@ -31,7 +30,7 @@ pub use component::{
 pub use config::{Diagnostic, Options, SourceText};
 pub use embed::{ChannelOutput, ChannelSource, RunningGraph};
 pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
-pub use link_ends::{GaveUp, LinkEnds};
+pub use link_ends::LinkEnds;
 pub use queue::{SignalQueue, WhenFull};
 pub use registry::{DiscoveryBuilder, DiscoveryPlan, OutputKind, Registry};
 pub use telemetry::{ComponentStats, HealthState, Telemetry};
