@@ -68,8 +68,8 @@ pub const TYPE_NAME: &str = "palyra";
 pub const REALTIME_PATH: &str = "/realtime/v1/ws";
 
 /// Registers `palyra` as a source (listen only) and as a two-way output whose received
-/// signals come out of `NAME.inbound`; the output's queue blocks when full (a cancel is
-/// never dropped).
+/// signals come out of `NAME.inbound`; the output's queue drops its oldest signal when
+/// full (counted), so a slow daemon never stalls the graph.
 pub fn register(registry: &mut Registry) {
     registry.link(TYPE_NAME, build_source, build_output);
 }
