@@ -138,7 +138,8 @@ async fn scenario_replay_reaches_websocket_clients_in_order_and_resumes() {
     let (_dir, config) = temp_file(
         "replay.toml",
         &format!(
-            "[sources.scenario]\ntype = \"file\"\npath = \"tests/fixtures/sajou/emitter-scenario-multi-agent.jsonl\"\nformat = \"scenario\"\nspeed = 0\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"scenario\", \"ui.inbound\"]\nlisten = \"127.0.0.1:{port}\"\n"
+            "[sources.scenario]\ntype = \"file\"\npath = \"{}/tests/fixtures/sajou/emitter-scenario-multi-agent.jsonl\"\nformat = \"scenario\"\nspeed = 0\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"scenario\", \"ui.inbound\"]\nlisten = \"127.0.0.1:{port}\"\n",
+            env!("CARGO_MANIFEST_DIR")
         ),
     );
     let _daemon = start(&["run", config.to_str().unwrap()], Stdio::null());

@@ -305,7 +305,7 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 /// with a growing delay, warning once per outage on standard error.
 async fn publish(to: String, mut rx: mpsc::Receiver<Signal>) {
     let url = format!("{}/signal", to.trim_end_matches('/'));
-    let client = patchbay_http::client_builder()
+    let client = patchbay_transport::client_builder()
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(5))
         .build()

@@ -17,7 +17,7 @@
 //! signals as control and answer frames (types the protocol has no frame for are
 //! refused and counted) and what the agent sends comes out of `NAME.inbound`; under
 //! `[sources.NAME]` it only listens. It reconnects with capped exponential backoff and
-//! jitter ([`Backoff`](patchbay_graph::backoff::Backoff)); frames replayed after a
+//! jitter ([`Backoff`](patchbay_transport::Backoff)); frames replayed after a
 //! reconnect are dropped by `seq`, and a new agent session (a `runner/started` with another `session-id`) starts the count
 //! again ([`ReplayGuard`]).
 //!

@@ -264,7 +264,7 @@ fn config_errors_point_at_the_key() {
     let r = registry();
     let cases = [
         ("url = \"http://x\"", "ws://"),
-        ("url = \"wss://x\"", "no TLS"),
+        ("url = \"wss://\"", "no host"),
         ("url = \"ws://\"", "no host"),
         ("url = \"ws://x\"\nbackoff_initial_ms = 0", "at least 1"),
         (
@@ -282,4 +282,92 @@ fn config_errors_point_at_the_key() {
             "{options}: {err:?}"
         );
     }
+}
+
+/// An agent that is away does not stall the graph: the escapement output keeps taking
+/// controls into its bounded queue (`queue = 4`, the oldest dropped and counted), another
+/// output of the same graph keeps receiving, and the queued controls reach the agent once
+/// it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_agent_never_stalls_the_graph_and_gets_the_latest_controls_when_back() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let mut registry = registry();
+    let feed = patchbay_graph::ChannelSource::register(&mut registry, "feed", 64);
+    let mut ui = patchbay_graph::ChannelOutput::register(&mut registry, "ui", 64);
+    let config = format!(
+        r#"
+[sources.feed]
+type = "feed"
+
+[outputs.agent]
+type = "escapement"
+inputs = ["feed"]
+url = "ws://127.0.0.1:{port}/ws"
+backoff_initial_ms = 20
+backoff_max_ms = 50
+queue = 4
+
+[outputs.ui]
+type = "ui"
+inputs = ["feed"]
+"#
+    );
+    let graph = compile(&[SourceText::new("away.toml", config)], &registry).expect("compiles");
+    let graph = RunningGraph::spawn(graph);
+
+    // The agent is away: ten controls go in, and the UI gets every one of them.
+    for n in 1..=10u64 {
+        let mut payload = patchbay_signal::Object::new();
+        payload.insert("n".into(), json!(n));
+        feed.send(patchbay_signal::Signal::new(
+            "control.step",
+            "test",
+            payload,
+        ))
+        .await
+        .expect("graph takes signals");
+    }
+    for n in 1..=10u64 {
+        let signal = tokio::time::timeout(Duration::from_secs(10), ui.recv())
+            .await
+            .expect("the UI is not stalled by the absent agent")
+            .expect("ui channel open");
+        assert_eq!(signal.payload.get("n"), Some(&json!(n)));
+    }
+
+    // The agent comes back: the four latest controls arrive, in order.
+    let listener = TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("rebind");
+    let (tcp, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+        .await
+        .expect("the link reconnects")
+        .expect("accept");
+    let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("ws");
+    let mut frames = Vec::new();
+    while frames.len() < 4 {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => {
+                frames.push(serde_json::from_str::<Value>(t.as_str()).expect("JSON"));
+            }
+            Ok(Some(Ok(_))) => {}
+            other => panic!("the queued controls did not arrive: {other:?} after {frames:?}"),
+        }
+    }
+    let expected: Vec<Value> = (7..=10u64)
+        .map(|n| json!({"kind": "control", "op": "step", "n": n}))
+        .collect();
+    assert_eq!(frames, expected);
+
+    drop(feed);
+    let report = tokio::time::timeout(Duration::from_secs(20), graph.stop())
+        .await
+        .expect("graph stops")
+        .expect("graph task");
+    let agent = report.telemetry.component("agent").expect("agent stats");
+    assert_eq!(agent.dropped, 6, "{agent:?}");
+    assert_eq!(agent.sent, 4, "{agent:?}");
 }

@@ -57,7 +57,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::pty;
 use crate::{DEFAULT_MAX_PAYLOAD, JteDecoder, JteParser, encode_control};
-use patchbay_graph::backoff::Backoff;
+use patchbay_transport::Backoff;
 
 /// Where a running patchbay's sidecar listens by default.
 pub const DEFAULT_TO: &str = "http://127.0.0.1:7878";
@@ -479,7 +479,7 @@ struct Publisher {
 
 impl Publisher {
     fn start(url: String) -> anyhow::Result<Publisher> {
-        let client = patchbay_http::client_builder()
+        let client = patchbay_transport::client_builder()
             .timeout(PUBLISH_TIMEOUT)
             .build()
             .context("cannot build the HTTP client")?;

@@ -17,7 +17,7 @@
 //! The transport is [`register`]ed as `type = "openclaw"` ([`OpenClawConfig`]): it
 //! connects, completes the handshake within `connect_timeout_ms`, decodes every frame,
 //! and reconnects with `min(1 s·2^(n−1), 30 s)` plus jitter
-//! ([`Backoff`](patchbay_graph::backoff::Backoff)), 10 attempts by default, counted again
+//! ([`Backoff`](patchbay_transport::Backoff)), 10 attempts by default, counted again
 //! from 0 after a success. A refusal that a retry cannot fix
 //! (a wrong token, no common protocol) is a `failed` state at once, with no retry loop.
 //! Declared under `[outputs.NAME]` it also sends `chat.abort` for `control.interrupt` /

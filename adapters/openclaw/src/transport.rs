@@ -4,10 +4,14 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use patchbay_graph::backoff::{self, Backoff};
+use patchbay_graph::config::Secret;
 use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
-    Source, SourceContext,
+    BoxFuture, ComponentError, Diagnostic, LinkEnds, Options, Output, OutputContext, Source,
+    SourceContext,
+};
+use patchbay_transport::{
+    Defaults, Driver, Ended, Link, Scheme, TransportConfig, TransportOptions, WsStream,
+    close_reason, parse_options,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -15,37 +19,41 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::decode::OpenClawDecoder;
 use crate::encode::encode_control;
-use crate::handshake::{
-    ConnectConfig, ConnectFailure, Handshake, HandshakeStep, PendingRequests, RpcOutcome,
-};
+use crate::handshake::{ConnectConfig, Handshake, HandshakeStep, PendingRequests, RpcOutcome};
 
 /// The gateway's default address.
 pub const DEFAULT_URL: &str = "ws://127.0.0.1:18789";
 
+/// OpenClaw's transport defaults: the local gateway, 10 attempts.
+#[derive(Debug, Clone, Copy, schemars::JsonSchema)]
+pub struct OpenClawDefaults;
+
+impl Defaults for OpenClawDefaults {
+    const SCHEME: Scheme = Scheme::WebSocket;
+    const URL_EXAMPLE: &'static str = "ws://HOST:PORT";
+    const URL: &'static str = DEFAULT_URL;
+    const MAX_ATTEMPTS: Option<u32> = Some(10);
+}
+
 /// `[outputs.NAME]` (two-way) or `[sources.NAME]` (listen only) with `type =
 /// "openclaw"`: one WebSocket connection to an OpenClaw gateway.
+///
+/// Declared under `[outputs]`, its queue (`queue`, default 1024 signals) keeps taking
+/// controls while the gateway is away and sends them once it is back; when it overflows
+/// the oldest control is dropped and counted (`dropped`). `when_full` defaults to
+/// `drop_oldest` for this reason: `block` would stall the whole graph meanwhile.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct OpenClawConfig {
-    /// The gateway, `ws://HOST:PORT` (default `ws://127.0.0.1:18789`; no TLS).
-    #[serde(default = "default_url")]
-    pub url: String,
+    /// Connecting and reconnecting: `url` (default `ws://127.0.0.1:18789`; `wss://` for
+    /// TLS), `connect_timeout_ms` (connecting and the handshake up to `hello-ok`; default
+    /// 10000), `max_attempts` (default 10), `backoff_initial_ms` (default 1000),
+    /// `backoff_max_ms` (default 30000), `ca_file`.
+    #[serde(flatten)]
+    pub transport: TransportOptions<OpenClawDefaults>,
     /// The gateway token. Absent: `gateway.auth.token` of `~/.openclaw/openclaw.json`,
     /// read when the connection starts (none there: connect without a token).
     #[serde(default)]
-    pub token: Option<String>,
-    /// How long connecting and the handshake (up to `hello-ok`) may take. Default 10000.
-    #[serde(default = "default_connect_timeout_ms")]
-    pub connect_timeout_ms: u64,
-    /// Failed attempts in a row before giving up (`failed`). Default 10.
-    #[serde(default = "default_max_attempts")]
-    pub max_attempts: u32,
-    /// First reconnect delay (doubles per failed attempt). Default 1000.
-    #[serde(default = "default_backoff_initial_ms")]
-    pub backoff_initial_ms: u64,
-    /// Longest reconnect delay. Default 30000.
-    #[serde(default = "default_backoff_max_ms")]
-    pub backoff_max_ms: u64,
+    pub token: Option<Secret>,
     /// Sends `sessions.subscribe` once connected (default true): the gateway sends the
     /// tool stream of a run only to the client that started it and to session
     /// subscribers.
@@ -60,60 +68,26 @@ pub struct OpenClawConfig {
     pub scopes: Option<Vec<String>>,
 }
 
-fn default_url() -> String {
-    DEFAULT_URL.into()
-}
-fn default_true() -> bool {
-    true
-}
-fn default_connect_timeout_ms() -> u64 {
-    10_000
-}
-fn default_max_attempts() -> u32 {
-    10
-}
-fn default_backoff_initial_ms() -> u64 {
-    1000
-}
-fn default_backoff_max_ms() -> u64 {
-    30_000
+impl TransportConfig for OpenClawConfig {
+    type Defaults = OpenClawDefaults;
+    fn transport(&self) -> &TransportOptions<OpenClawDefaults> {
+        &self.transport
+    }
 }
 
-fn parse_config(options: &Options<'_>) -> Result<OpenClawConfig, Diagnostic> {
-    let config: OpenClawConfig = options.parse()?;
-    let url = config.url.trim();
-    let Some(rest) = url.strip_prefix("ws://") else {
-        let message = if url.starts_with("wss://") {
-            "`wss://` is not supported (no TLS): use a `ws://` URL on loopback"
-        } else {
-            "`url` must be a WebSocket URL: ws://HOST:PORT"
-        };
-        return Err(options.error_at("url", message));
-    };
-    if rest.is_empty() || rest.starts_with('/') {
-        return Err(options.error_at("url", "`url` has no host"));
-    }
-    for (key, value) in [
-        ("connect_timeout_ms", config.connect_timeout_ms),
-        ("max_attempts", u64::from(config.max_attempts)),
-    ] {
-        if value == 0 {
-            return Err(options.error_at(key, "must be at least 1"));
-        }
-    }
-    backoff::check_delays(options, config.backoff_initial_ms, config.backoff_max_ms)?;
-    Ok(config)
+fn default_true() -> bool {
+    true
 }
 
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     Ok(Box::new(OpenClaw {
-        config: parse_config(options)?,
+        config: parse_options(options)?,
     }))
 }
 
 pub(crate) fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
     Ok(Box::new(OpenClaw {
-        config: parse_config(options)?,
+        config: parse_options(options)?,
     }))
 }
 
@@ -125,8 +99,9 @@ impl Source for OpenClaw {
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let source = format!("openclaw:{}", cx.name());
-            Link::new(self.config, source, false)
-                .run(LinkEnds::source(&cx))
+            let mut link = OpenClawLink::new(self.config, source, false);
+            Driver::new("openclaw", &link.config.transport, LinkEnds::source(&cx))
+                .run(&mut link)
                 .await
         })
     }
@@ -136,52 +111,103 @@ impl Output for OpenClaw {
     fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let source = format!("openclaw:{}", cx.name());
-            Link::new(self.config, source, true)
-                .run(LinkEnds::output(&cx))
+            let mut link = OpenClawLink::new(self.config, source, true);
+            Driver::new("openclaw", &link.config.transport, LinkEnds::output(&cx))
+                .run(&mut link)
                 .await
         })
     }
 }
 
-/// Why a connection ended.
-enum Ended {
-    /// Worth another attempt (network, timeout, a close, a retryable refusal).
-    Retry(String),
-    /// The gateway refused for good (a wrong token, no common protocol).
-    Refused(ConnectFailure),
-    /// Shutdown, or the graph ended.
-    Stop,
-}
-
-/// What is kept across reconnections: the decoder (runs seen), the backoff.
-struct Link {
+/// What is kept across reconnections: the decoder (runs seen), the connect request.
+struct OpenClawLink {
     config: OpenClawConfig,
     decoder: OpenClawDecoder,
-    backoff: Backoff,
     two_way: bool,
+    connect: Option<ConnectConfig>,
 }
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+impl Link for OpenClawLink {
+    /// The socket and the tick interval of `hello-ok`.
+    type Connection = (WsStream, Option<u64>);
 
-impl Link {
+    /// Opens the socket and runs the handshake up to `hello-ok`.
+    async fn connect(&mut self, side: &LinkEnds<'_>) -> Result<(WsStream, Option<u64>), Ended> {
+        let connect = match &self.connect {
+            Some(connect) => connect.clone(),
+            None => self.connect.insert(self.connect_config()).clone(),
+        };
+        let mut ws = self.config.transport.open_websocket([]).await?;
+        let mut handshake = Handshake::new(connect);
+        let mut out = Vec::new();
+        loop {
+            let text = match ws.next().await {
+                Some(Ok(Message::Text(t))) => t.as_str().to_owned(),
+                Some(Ok(Message::Close(frame))) => {
+                    return Err(Ended::Lost(format!(
+                        "the gateway closed during the handshake{}",
+                        close_reason(frame.as_ref())
+                    )));
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => {
+                    return Err(Ended::Lost(format!(
+                        "connection lost during the handshake: {e}"
+                    )));
+                }
+                None => return Err(Ended::Lost("connection lost during the handshake".into())),
+            };
+            let Ok(frame) = serde_json::from_str::<Value>(&text) else {
+                self.decoder.decode_text(&text, &mut out);
+                let _ = side.emit_all(&mut out).await;
+                continue;
+            };
+            let step = handshake.on_frame(&frame);
+            self.decoder.decode_frame(frame, None, &mut out);
+            if side.emit_all(&mut out).await.is_err() {
+                return Err(Ended::Stop);
+            }
+            match step {
+                Some(HandshakeStep::Send(request)) => {
+                    if let Err(e) = ws.send(Message::text(request.to_string())).await {
+                        return Err(Ended::Lost(format!("sending connect failed: {e}")));
+                    }
+                }
+                Some(HandshakeStep::Connected(hello)) => {
+                    tracing::info!(protocol = ?hello.protocol, server = ?hello.server_version, "openclaw: handshake done");
+                    return Ok((ws, hello.tick_interval_ms));
+                }
+                Some(HandshakeStep::Failed(failure)) => {
+                    let _ = ws.close(None).await;
+                    return Err(if failure.retryable() {
+                        Ended::Lost(failure.to_string())
+                    } else {
+                        Ended::Refused(format!("{failure}: fix the token or the gateway"))
+                    });
+                }
+                None => {}
+            }
+        }
+    }
+
+    async fn session(&mut self, (ws, tick): (WsStream, Option<u64>), side: &LinkEnds<'_>) -> Ended {
+        self.talk(ws, side, tick).await
+    }
+}
+
+impl OpenClawLink {
     fn new(config: OpenClawConfig, source: String, two_way: bool) -> Self {
-        let backoff = Backoff::new(
-            Duration::from_millis(config.backoff_initial_ms),
-            Duration::from_millis(config.backoff_max_ms),
-            Some(config.max_attempts),
-        );
-        Link {
+        OpenClawLink {
             config,
             decoder: OpenClawDecoder::new(source),
-            backoff,
             two_way,
+            connect: None,
         }
     }
 
     fn connect_config(&self) -> ConnectConfig {
         let token = match &self.config.token {
-            Some(token) => token.clone(),
+            Some(token) => token.0.clone(),
             None => crate::config_file::default_config_file()
                 .and_then(|path| crate::config_file::token_from_file(&path))
                 .unwrap_or_default(),
@@ -199,111 +225,12 @@ impl Link {
         connect
     }
 
-    async fn run(mut self, side: LinkEnds<'_>) -> Result<(), ComponentError> {
-        side.set_state(
-            HealthState::Starting,
-            Some(format!("connecting to {}", self.config.url)),
-        );
-        let connect = self.connect_config();
-        loop {
-            let reason = match self.connect(&connect, &side).await {
-                Ended::Stop => return Ok(()),
-                Ended::Refused(failure) => {
-                    let why = format!("{failure}; not retrying: fix the token or the gateway");
-                    side.record_error(&why);
-                    side.fail(&why).await;
-                    return Err(why.into());
-                }
-                Ended::Retry(reason) => reason,
-            };
-            side.record_error(&reason);
-            let delay = side.retry_delay(&mut self.backoff, &reason).await?;
-            if !side.wait_to_reconnect(delay).await {
-                return Ok(());
-            }
-        }
-    }
-
-    /// One connection: the handshake (with the timeout), then the session.
-    async fn connect(&mut self, connect: &ConnectConfig, side: &LinkEnds<'_>) -> Ended {
-        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
-        let deadline = tokio::time::Instant::now() + timeout;
-        let url = self.config.url.clone();
-        let opened = tokio::select! {
-            // `true`: TCP_NODELAY, so a small frame is not held back for an ACK.
-            r = tokio::time::timeout_at(deadline, tokio_tungstenite::connect_async_with_config(url.as_str(), None, true)) => r,
-            () = side.shutdown() => return Ended::Stop,
-        };
-        let mut ws: Ws = match opened {
-            Ok(Ok((ws, _))) => ws,
-            Ok(Err(e)) => return Ended::Retry(format!("cannot connect to {url}: {e}")),
-            Err(_) => return Ended::Retry(format!("connecting to {url} timed out")),
-        };
-        let mut handshake = Handshake::new(connect.clone());
-        let mut out = Vec::new();
-        loop {
-            let msg = tokio::select! {
-                r = tokio::time::timeout_at(deadline, ws.next()) => match r {
-                    Ok(msg) => msg,
-                    Err(_) => return Ended::Retry(format!("no hello from {url} within {} ms", self.config.connect_timeout_ms)),
-                },
-                () = side.shutdown() => return Ended::Stop,
-            };
-            let text = match msg {
-                Some(Ok(Message::Text(t))) => t.as_str().to_owned(),
-                Some(Ok(Message::Close(frame))) => {
-                    return Ended::Retry(format!(
-                        "the gateway closed during the handshake{}",
-                        close_reason(frame.as_ref())
-                    ));
-                }
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => {
-                    return Ended::Retry(format!("connection lost during the handshake: {e}"));
-                }
-                None => return Ended::Retry("connection lost during the handshake".into()),
-            };
-            let Ok(frame) = serde_json::from_str::<Value>(&text) else {
-                self.decoder.decode_text(&text, &mut out);
-                let _ = side.emit_all(&mut out).await;
-                continue;
-            };
-            let step = handshake.on_frame(&frame);
-            self.decoder.decode_frame(frame, None, &mut out);
-            if side.emit_all(&mut out).await.is_err() {
-                return Ended::Stop;
-            }
-            match step {
-                Some(HandshakeStep::Send(request)) => {
-                    if let Err(e) = ws.send(Message::text(request.to_string())).await {
-                        return Ended::Retry(format!("sending connect failed: {e}"));
-                    }
-                }
-                Some(HandshakeStep::Connected(hello)) => {
-                    self.backoff.reset();
-                    side.set_state(HealthState::Ok, None);
-                    tracing::info!(url = %url, protocol = ?hello.protocol, server = ?hello.server_version, "openclaw: connected");
-                    return self.session(ws, side, hello.tick_interval_ms).await;
-                }
-                Some(HandshakeStep::Failed(failure)) => {
-                    let _ = ws.close(None).await;
-                    return if failure.retryable() {
-                        Ended::Retry(failure.to_string())
-                    } else {
-                        Ended::Refused(failure)
-                    };
-                }
-                None => {}
-            }
-        }
-    }
-
     /// A connected session, until it ends. The gateway sends a `tick` every
     /// `tick_interval_ms` (from `hello-ok`): two intervals without any frame mean the
     /// connection is dead even if the socket did not say so.
-    async fn session(
+    async fn talk(
         &mut self,
-        ws: Ws,
+        ws: WsStream,
         side: &LinkEnds<'_>,
         tick_interval_ms: Option<u64>,
     ) -> Ended {
@@ -318,14 +245,14 @@ impl Link {
             let id = patchbay_signal::next_id();
             let req = serde_json::json!({"type": "req", "id": id, "method": "sessions.subscribe", "params": {}});
             if let Err(e) = sink.send(Message::text(req.to_string())).await {
-                return Ended::Retry(format!("connection lost: {e}"));
+                return Ended::Lost(format!("connection lost: {e}"));
             }
             pending.register(id, "sessions.subscribe");
         }
         loop {
             tokio::select! {
                 () = silence(last_heard, silence_limit) => {
-                    return Ended::Retry(format!(
+                    return Ended::Lost(format!(
                         "no frame from the gateway for {} ms (two tick intervals): the connection is dead",
                         silence_limit.map(|d| d.as_millis()).unwrap_or_default()
                     ));
@@ -347,11 +274,11 @@ impl Link {
                         }
                     }
                     Some(Ok(Message::Close(frame))) => {
-                        return Ended::Retry(format!("the gateway closed the connection{}", close_reason(frame.as_ref())));
+                        return Ended::Lost(format!("the gateway closed the connection{}", close_reason(frame.as_ref())));
                     }
                     Some(Ok(_)) => last_heard = tokio::time::Instant::now(),
-                    Some(Err(e)) => return Ended::Retry(format!("connection lost: {e}")),
-                    None => return Ended::Retry("connection lost".into()),
+                    Some(Err(e)) => return Ended::Lost(format!("connection lost: {e}")),
+                    None => return Ended::Lost("connection lost".into()),
                 },
                 signal = side.next_control() => match signal {
                     Some(signal) => {
@@ -360,7 +287,7 @@ impl Link {
                             Ok(request) => {
                                 if let Err(e) = sink.send(Message::text(request.frame.to_string())).await {
                                     cx.refused(format!("{}: not sent, the connection broke", signal.kind));
-                                    return Ended::Retry(format!("connection lost: {e}"));
+                                    return Ended::Lost(format!("connection lost: {e}"));
                                 }
                                 pending.register(request.id, request.method);
                                 cx.delivered(1);
@@ -373,10 +300,6 @@ impl Link {
                         return Ended::Stop;
                     }
                 },
-                () = side.shutdown(), if side.controls.is_none() => {
-                    let _ = sink.send(Message::Close(None)).await;
-                    return Ended::Stop;
-                }
             }
         }
     }
@@ -387,14 +310,6 @@ async fn silence(last_heard: tokio::time::Instant, limit: Option<Duration>) {
     match limit {
         Some(limit) => tokio::time::sleep_until(last_heard + limit).await,
         None => std::future::pending().await,
-    }
-}
-
-fn close_reason(frame: Option<&tokio_tungstenite::tungstenite::protocol::CloseFrame>) -> String {
-    match frame {
-        Some(f) if f.reason.is_empty() => format!(" ({})", u16::from(f.code)),
-        Some(f) => format!(" ({} {})", u16::from(f.code), f.reason),
-        None => String::new(),
     }
 }
 
@@ -427,11 +342,12 @@ mod tests {
 
     #[test]
     fn an_output_asks_for_the_write_scope() {
-        let config: OpenClawConfig = Options::parse_snippet("token = \"t\"").expect("config");
-        let read = Link::new(config.clone(), "s".into(), false).connect_config();
+        let config: OpenClawConfig =
+            Options::parse_snippet_with("token = \"t\"", parse_options).expect("config");
+        let read = OpenClawLink::new(config.clone(), "s".into(), false).connect_config();
         assert_eq!(read.scopes, ["operator.read"]);
         assert_eq!(read.token, "t");
-        let write = Link::new(config, "s".into(), true).connect_config();
+        let write = OpenClawLink::new(config, "s".into(), true).connect_config();
         assert_eq!(
             write.scopes,
             ["operator.read", "operator.write", "operator.admin"]

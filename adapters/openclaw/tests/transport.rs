@@ -341,7 +341,7 @@ fn config_errors_point_at_the_key() {
     let r = registry();
     for (options, message) in [
         ("url = \"http://x\"", "ws://"),
-        ("url = \"wss://x\"", "no TLS"),
+        ("url = \"wss://\"", "no host"),
         ("max_attempts = 0", "at least 1"),
         ("connect_timeout_ms = 0", "at least 1"),
         ("backoff_max_ms = 1", "backoff_initial_ms"),

@@ -7,12 +7,14 @@
 //! `handshake.accepted`, a `subscribe` for `topics` and `session`; event frames are decoded
 //! by [`PalyraDecoder`], which drops every event at or below the cursor, so a reconnect
 //! repeats no signal. Connection frames (`handshake.accepted`, `subscribed`, `pong`) are
-//! not signals. The socket reconnects with capped exponential backoff and jitter
-//! (`backoff_initial_ms`, `backoff_max_ms`, at most `max_attempts` failures in a row when
-//! set), reset by each accepted handshake; an HTTP 401/403 on the upgrade or an
-//! authentication `error` frame is a failure, not retried. Health: `Starting` while
-//! connecting, `Ok` once accepted, `Recovering` ("retrying in N s"), `Failed` with the
-//! reason.
+//! not signals. The socket connects and reconnects through `patchbay_transport` (`wss://`
+//! when `url` is `https://`; `ca_file`): capped exponential backoff and jitter
+//! (`backoff_initial_ms`, `backoff_max_ms`, at most `max_attempts` reconnect attempts in a
+//! row when set), each attempt up to the accepted handshake bounded by
+//! `connect_timeout_ms`, the count reset by each accepted handshake; an HTTP 401/403 on
+//! the upgrade or an authentication `error` frame is a failure, not retried. Health:
+//! `Starting` while connecting, `Ok` once accepted, `Recovering` ("retrying in N s:
+//! reason"), `Failed` with the reason.
 //!
 //! **Console runs** (`mode = "console"`, or a `prompt {text}` signal given to the output):
 //! `POST /console/v1/chat/sessions/{session}/messages/stream` with `{"text": …}`, the
@@ -38,39 +40,32 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use patchbay_graph::{
-    BoxFuture, ComponentError, ComponentStats, Diagnostic, HealthState, Options, Output,
-    OutputContext, Source, SourceContext,
+    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
+    Source, SourceContext,
 };
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{Object, Signal, control, now_ms};
+use patchbay_transport::{
+    Backoff, Defaults, Driver, Ended, Link, Scheme, TransportConfig, TransportOptions, WsStream,
+    client_builder_with, describe_http_error, describe_ws_error, parse_options,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode, header};
+use tokio_tungstenite::tungstenite::http::{HeaderValue, header};
 
 use crate::{
     ACP_COMMAND_PATH, AcpClientContext, AcpCommander, AcpRequest, HandshakeOptions, PalyraDecoder,
     RealtimeResume, Subscription,
 };
-use patchbay_graph::backoff::{self, Backoff};
+
+pub use patchbay_graph::config::Secret;
 
 /// The component type name in configs.
 pub const TYPE_NAME: &str = "palyra";
 /// The realtime WebSocket path.
 pub const REALTIME_PATH: &str = "/realtime/v1/ws";
-
-/// A secret config value: never shown by `Debug`.
-#[derive(Clone, Default, Deserialize, schemars::JsonSchema)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("\"<secret>\"")
-    }
-}
 
 /// Which Palyra surface a component reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
@@ -83,12 +78,30 @@ pub enum Mode {
     Console,
 }
 
+/// Palyra's transport defaults: `url` required, retry forever.
+#[derive(Debug, Clone, Copy, schemars::JsonSchema)]
+pub struct PalyraDefaults;
+
+impl Defaults for PalyraDefaults {
+    const SCHEME: Scheme = Scheme::Http;
+    const URL_EXAMPLE: &'static str = "http://127.0.0.1:7142";
+}
+
 /// `[sources.NAME]` / `[outputs.NAME]` `type = "palyra"`.
+///
+/// Declared under `[outputs]`, its queue (`queue`, default 1024 signals) keeps taking
+/// controls whatever the daemon's state; when it overflows the oldest one is dropped and
+/// counted (`dropped`): `when_full` defaults to `drop_oldest`, so that a slow daemon never
+/// stalls the graph.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct PalyraConfig {
-    /// The daemon's base URL, `http://host:port` (plain HTTP: loopback).
-    pub url: String,
+    /// The daemon and the realtime connection: `url` (the daemon's base URL,
+    /// `http://host:port`, or `https://` for TLS; the realtime socket is `ws(s)://` on the
+    /// same address), `backoff_initial_ms` (default 1000), `backoff_max_ms` (default
+    /// 30000), `max_attempts` (default: retry forever), `connect_timeout_ms` (up to the
+    /// accepted handshake; default 10000), `ca_file`.
+    #[serde(flatten)]
+    pub transport: TransportOptions<PalyraDefaults>,
     /// Bearer token of the console/realtime API.
     #[serde(default)]
     pub token: Option<Secret>,
@@ -117,16 +130,6 @@ pub struct PalyraConfig {
     /// Realtime topics to subscribe to (empty: all).
     #[serde(default)]
     pub topics: Vec<String>,
-    /// Realtime: give up after this many connection failures in a row, a lost connection
-    /// counting as one (unset: never give up).
-    #[serde(default)]
-    pub max_attempts: Option<u32>,
-    /// First reconnect delay.
-    #[serde(default = "default_backoff_initial_ms")]
-    pub backoff_initial_ms: u64,
-    /// Largest reconnect delay.
-    #[serde(default = "default_backoff_max_ms")]
-    pub backoff_max_ms: u64,
     /// Attempts per ACP command (1 = no retry).
     #[serde(default = "default_command_attempts")]
     pub command_attempts: u32,
@@ -144,12 +147,6 @@ pub struct PalyraConfig {
 fn default_client_id() -> String {
     "patchbay".into()
 }
-fn default_backoff_initial_ms() -> u64 {
-    1_000
-}
-fn default_backoff_max_ms() -> u64 {
-    30_000
-}
 fn default_command_attempts() -> u32 {
     3
 }
@@ -160,54 +157,59 @@ fn default_request_timeout_ms() -> u64 {
     10_000
 }
 
+impl TransportConfig for PalyraConfig {
+    type Defaults = PalyraDefaults;
+    fn transport(&self) -> &TransportOptions<PalyraDefaults> {
+        &self.transport
+    }
+}
+
 impl PalyraConfig {
     /// Parses and checks a component's options (no I/O).
     pub fn from_options(options: &Options<'_>) -> Result<PalyraConfig, Diagnostic> {
-        let config: PalyraConfig = options.parse()?;
-        if config.base().is_none() {
-            return Err(options.error_at(
-                "url",
-                "`url` must be the daemon's http:// address (e.g. http://127.0.0.1:7142)",
-            ));
-        }
+        let config: PalyraConfig = parse_options(options)?;
         if config.mode == Mode::Console && config.session.as_deref().is_none_or(str::is_empty) {
             return Err(options.error_at("session", "console mode needs `session`"));
         }
         if config.command_attempts == 0 {
             return Err(options.error_at("command_attempts", "must be at least 1"));
         }
-        backoff::check_delays(options, config.backoff_initial_ms, config.backoff_max_ms)?;
         Ok(config)
     }
 
-    /// `host:port[/prefix]` of an `http://` URL.
-    fn base(&self) -> Option<&str> {
-        let rest = self
-            .url
-            .trim()
-            .trim_end_matches('/')
-            .strip_prefix("http://")?;
-        (!rest.is_empty()).then_some(rest)
+    /// `host:port[/prefix]` of the URL, and whether it is `https://`.
+    fn base(&self) -> (&str, bool) {
+        let url = self.transport.url().trim_end_matches('/');
+        match url.strip_prefix("https://") {
+            Some(rest) => (rest, true),
+            None => (url.strip_prefix("http://").unwrap_or(url), false),
+        }
     }
 
-    /// The realtime WebSocket URL.
+    /// The realtime WebSocket URL (`wss://` for an `https://` daemon).
     pub fn realtime_url(&self) -> String {
-        format!("ws://{}{REALTIME_PATH}", self.base().unwrap_or_default())
+        let (base, tls) = self.base();
+        let scheme = if tls { "wss" } else { "ws" };
+        format!("{scheme}://{base}{REALTIME_PATH}")
+    }
+
+    /// `http(s)://host:port[/prefix]`, as configured.
+    fn http_base(&self) -> String {
+        let (base, tls) = self.base();
+        let scheme = if tls { "https" } else { "http" };
+        format!("{scheme}://{base}")
     }
 
     /// The ACP command URL.
     pub fn command_url(&self) -> String {
-        format!(
-            "http://{}{ACP_COMMAND_PATH}",
-            self.base().unwrap_or_default()
-        )
+        format!("{}{ACP_COMMAND_PATH}", self.http_base())
     }
 
     /// The console run stream URL of the session.
     pub fn console_url(&self) -> String {
         format!(
-            "http://{}/console/v1/chat/sessions/{}/messages/stream",
-            self.base().unwrap_or_default(),
+            "{}/console/v1/chat/sessions/{}/messages/stream",
+            self.http_base(),
             self.session.as_deref().unwrap_or_default()
         )
     }
@@ -241,7 +243,7 @@ impl PalyraConfig {
     fn bearer(&self) -> Option<String> {
         self.token
             .as_ref()
-            .filter(|t| !t.0.is_empty())
+            .filter(|t| !t.is_blank())
             .map(|t| format!("Bearer {}", t.0))
     }
 }
@@ -263,20 +265,9 @@ pub(crate) fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Dia
     }))
 }
 
-/// Sets the health of several components at once (an output and its inbound source).
-#[derive(Clone)]
-struct Health(Vec<Arc<ComponentStats>>);
-
-impl Health {
-    fn set(&self, state: HealthState, detail: Option<String>) {
-        for stats in &self.0 {
-            stats.set_state(state, detail.clone());
-        }
-    }
-}
-
 fn http_client(config: &PalyraConfig) -> Result<reqwest::Client, ComponentError> {
-    Ok(patchbay_http::client_builder()
+    let tls = config.transport.tls()?;
+    Ok(client_builder_with(&tls)
         .connect_timeout(Duration::from_millis(config.request_timeout_ms))
         .build()?)
 }
@@ -295,9 +286,8 @@ impl Source for PalyraSource {
         Box::pin(async move {
             let config = Arc::new(self.config);
             let source = format!("palyra:{}", cx.name());
-            let health = Health(vec![cx.stats().clone()]);
             match config.mode {
-                Mode::Realtime => realtime_loop(config, source, cx, health, None).await,
+                Mode::Realtime => realtime_loop(config, source, cx, None, None).await,
                 Mode::Console => {
                     let client = http_client(&config)?;
                     let text = config.prompt.clone().unwrap_or_default();
@@ -330,11 +320,6 @@ async fn run_output(config: Arc<PalyraConfig>, cx: OutputContext) -> Result<(), 
         .client_context()
         .map(|c| Arc::new(Mutex::new(AcpCommander::new(c))));
     let inbound = cx.inbound().cloned();
-    let mut health_stats = vec![cx.stats().clone()];
-    if let Some(i) = &inbound {
-        health_stats.push(i.stats().clone());
-    }
-    let health = Health(health_stats);
     let mut tasks = tokio::task::JoinSet::new();
 
     if let Some(inbound) = &inbound {
@@ -344,12 +329,13 @@ async fn run_output(config: Arc<PalyraConfig>, cx: OutputContext) -> Result<(), 
                     config.clone(),
                     source.clone(),
                     inbound.clone(),
-                    health.clone(),
+                    Some(cx.stats().clone()),
                     commander.clone(),
                 ));
             }
             Mode::Console => {
-                health.set(HealthState::Ok, None);
+                cx.stats().set_state(HealthState::Ok, None);
+                inbound.stats().set_state(HealthState::Ok, None);
                 if let Some(text) = config.prompt.clone() {
                     tasks.spawn(console_task(
                         client.clone(),
@@ -461,9 +447,9 @@ async fn send_command(
             }
             Ok(response) => match response.bytes().await {
                 Ok(body) => return request.decode_result(source, &body),
-                Err(err) => last_error = without_url(&err),
+                Err(err) => last_error = describe_http_error(&err),
             },
-            Err(err) => last_error = without_url(&err),
+            Err(err) => last_error = describe_http_error(&err),
         }
         if attempt < config.command_attempts {
             tokio::time::sleep(backoff.next_jittered().unwrap_or_default()).await;
@@ -487,85 +473,176 @@ async fn send_command(
     Decoded::Signal(signal)
 }
 
-/// A reqwest error's text without its URL (which is ours and harmless, but keeps messages
-/// short).
-fn without_url(err: &reqwest::Error) -> String {
-    let kind = if err.is_timeout() {
-        "timed out"
-    } else if err.is_connect() {
-        "cannot connect"
-    } else {
-        "request failed"
-    };
-    match std::error::Error::source(err) {
-        Some(cause) => format!("{kind}: {cause}"),
-        None => kind.to_owned(),
-    }
-}
-
-/// How one realtime connection ended.
-enum Ended {
-    /// Lost (or never made): reconnect.
-    Lost(String),
-    /// Refused for authentication: do not retry.
-    Refused(String),
-    /// The graph is shutting down.
-    GraphClosed,
-}
-
+/// The realtime socket, run by the transport's [`Driver`] (under `[sources]` for the
+/// source, on the inbound side for the output, whose commands go over HTTP meanwhile).
 async fn realtime_loop(
     config: Arc<PalyraConfig>,
     source: String,
     emit: SourceContext,
-    health: Health,
+    output: Option<Arc<patchbay_graph::ComponentStats>>,
     commander: Option<Arc<Mutex<AcpCommander>>>,
 ) -> Result<(), ComponentError> {
-    let mut decoder = PalyraDecoder::new(source);
-    let mut backoff = Backoff::new(
-        Duration::from_millis(config.backoff_initial_ms),
-        Duration::from_millis(config.backoff_max_ms),
-        None,
-    );
-    let shutdown = emit.shutdown().clone();
-    health.set(HealthState::Starting, None);
-    loop {
-        let ended = tokio::select! {
-            ended = realtime_session(&config, &mut decoder, &emit, &health, commander.as_deref(), &mut backoff) => ended,
-            _ = shutdown.wait() => return Ok(()),
+    let mut link = Realtime {
+        decoder: PalyraDecoder::new(source),
+        config,
+        commander,
+    };
+    let mut driver = Driver::new("palyra", &link.config.transport, LinkEnds::source(&emit))
+        .with_url(&link.config.realtime_url());
+    if let Some(output) = output {
+        driver = driver.mirror_health(output);
+    }
+    driver.run(&mut link).await
+}
+
+/// The realtime link's state across reconnects: the decoder holds the resume cursor.
+struct Realtime {
+    config: Arc<PalyraConfig>,
+    decoder: PalyraDecoder,
+    commander: Option<Arc<Mutex<AcpCommander>>>,
+}
+
+impl Link for Realtime {
+    type Connection = WsStream;
+
+    /// The upgrade (with the bearer token), the `handshake` up to `handshake.accepted`,
+    /// then the `subscribe`.
+    async fn connect(&mut self, ends: &LinkEnds<'_>) -> Result<WsStream, Ended> {
+        let Some(emit) = ends.signals_in else {
+            return Err(Ended::Stop);
         };
-        let reason = match ended {
-            Ended::GraphClosed => return Ok(()),
-            Ended::Refused(reason) => {
-                health.set(HealthState::Failed, Some(reason));
-                shutdown.wait().await;
-                return Ok(());
+        let config = Arc::clone(&self.config);
+        let bearer = config
+            .bearer()
+            .and_then(|b| HeaderValue::from_str(&b).ok())
+            .map(|mut value| {
+                value.set_sensitive(true);
+                (header::AUTHORIZATION, value)
+            });
+        let mut ws = config
+            .transport
+            .open_websocket_at(&config.realtime_url(), bearer)
+            .await?;
+        let handshake = self
+            .decoder
+            .resume()
+            .handshake_frame(&config.handshake_options());
+        send(&mut ws, handshake).await?;
+        let mut out = Vec::new();
+        loop {
+            let value = match next_frame(&mut ws).await? {
+                Frame::Json(value) => value,
+                Frame::Text(text) => {
+                    self.decoder.decode_frame(&text, &mut out);
+                    emit_all(emit, self.commander.as_deref(), &mut out)
+                        .await
+                        .map_err(|_| Ended::Stop)?;
+                    continue;
+                }
+            };
+            match value.get("type").and_then(Value::as_str) {
+                Some("handshake.accepted") => {
+                    send(
+                        &mut ws,
+                        RealtimeResume::subscribe_frame(&config.subscription()),
+                    )
+                    .await?;
+                    return Ok(ws);
+                }
+                Some("error") if is_auth_error(&value) => {
+                    let message = value
+                        .pointer("/payload/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("authentication refused");
+                    return Err(Ended::Refused(format!(
+                        "realtime handshake refused: {message}"
+                    )));
+                }
+                _ => {
+                    self.decoder.decode_value(value, None, &mut out);
+                    emit_all(emit, self.commander.as_deref(), &mut out)
+                        .await
+                        .map_err(|_| Ended::Stop)?;
+                }
             }
-            Ended::Lost(reason) => reason,
-        };
-        // Failures in a row, this one included (an accepted handshake resets the count).
-        if let Some(max) = config.max_attempts
-            && backoff.attempts().saturating_add(1) >= max
-        {
-            health.set(
-                HealthState::Failed,
-                Some(format!("gave up after {max} attempts: {reason}")),
-            );
-            shutdown.wait().await;
-            return Ok(());
-        }
-        let delay = backoff.next_jittered().unwrap_or_default();
-        health.set(
-            HealthState::Recovering,
-            Some(format!(
-                "retrying in {} s ({reason})",
-                delay.as_secs_f64().ceil() as u64
-            )),
-        );
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = shutdown.wait() => return Ok(()),
         }
     }
+
+    /// Events until the connection ends, pinging at the heartbeat interval.
+    async fn session(&mut self, mut ws: WsStream, ends: &LinkEnds<'_>) -> Ended {
+        let Some(emit) = ends.signals_in else {
+            return Ended::Stop;
+        };
+        let ping_every = Duration::from_millis(
+            self.config
+                .heartbeat_interval_ms
+                .unwrap_or(15_000)
+                .max(1_000),
+        );
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        let mut out = Vec::new();
+        loop {
+            let frame = tokio::select! {
+                f = next_frame(&mut ws) => f,
+                _ = ping.tick() => {
+                    let frame = RealtimeResume::ping_frame(json!({ "sent_at_unix_ms": now_ms() }));
+                    if let Err(ended) = send(&mut ws, frame).await {
+                        return ended;
+                    }
+                    continue;
+                }
+            };
+            match frame {
+                Err(ended) => return ended,
+                Ok(Frame::Text(text)) => self.decoder.decode_frame(&text, &mut out),
+                Ok(Frame::Json(value)) => match value.get("type").and_then(Value::as_str) {
+                    Some("subscribed" | "pong" | "handshake.accepted") => continue,
+                    _ => self.decoder.decode_value(value, None, &mut out),
+                },
+            }
+            if emit_all(emit, self.commander.as_deref(), &mut out)
+                .await
+                .is_err()
+            {
+                return Ended::Stop;
+            }
+        }
+    }
+}
+
+/// A realtime text frame: JSON, or text that is not (which the decoder reports).
+enum Frame {
+    Json(Value),
+    Text(String),
+}
+
+/// The next text frame; a close or an error ends the connection.
+async fn next_frame(ws: &mut WsStream) -> Result<Frame, Ended> {
+    loop {
+        let text = match ws.next().await {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Close(frame))) => {
+                return Err(Ended::Lost(frame.map_or_else(
+                    || "closed".to_owned(),
+                    |f| format!("closed: {}", f.reason),
+                )));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(err)) => return Err(Ended::Lost(describe_ws_error(&err))),
+            None => return Err(Ended::Lost("connection closed".into())),
+        };
+        return Ok(match serde_json::from_str::<Value>(text.as_str()) {
+            Ok(value) => Frame::Json(value),
+            Err(_) => Frame::Text(text.as_str().to_owned()),
+        });
+    }
+}
+
+async fn send(ws: &mut WsStream, frame: Value) -> Result<(), Ended> {
+    ws.send(Message::Text(frame.to_string().into()))
+        .await
+        .map_err(|err| Ended::Lost(describe_ws_error(&err)))
 }
 
 /// Whether a realtime `error` frame refuses the client's credentials.
@@ -585,107 +662,6 @@ fn is_auth_error(frame: &Value) -> bool {
     ]
     .iter()
     .any(|w| code.contains(w))
-}
-
-async fn realtime_session(
-    config: &PalyraConfig,
-    decoder: &mut PalyraDecoder,
-    emit: &SourceContext,
-    health: &Health,
-    commander: Option<&Mutex<AcpCommander>>,
-    backoff: &mut Backoff,
-) -> Ended {
-    let mut request = match config.realtime_url().into_client_request() {
-        Ok(r) => r,
-        Err(err) => return Ended::Refused(format!("bad realtime URL: {err}")),
-    };
-    if let Some(bearer) = config.bearer()
-        && let Ok(value) = HeaderValue::from_str(&bearer)
-    {
-        request.headers_mut().insert(header::AUTHORIZATION, value);
-    }
-    // `true`: TCP_NODELAY, so a small frame is not held back for an ACK.
-    let mut ws = match tokio_tungstenite::connect_async_with_config(request, None, true).await {
-        Ok((ws, _)) => ws,
-        Err(tokio_tungstenite::tungstenite::Error::Http(response))
-            if matches!(
-                response.status(),
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
-            ) =>
-        {
-            return Ended::Refused(format!(
-                "realtime connection refused: HTTP {}",
-                response.status()
-            ));
-        }
-        Err(err) => return Ended::Lost(err.to_string()),
-    };
-    let handshake = decoder
-        .resume()
-        .handshake_frame(&config.handshake_options());
-    if let Err(err) = ws.send(Message::Text(handshake.to_string().into())).await {
-        return Ended::Lost(err.to_string());
-    }
-    let ping_every =
-        Duration::from_millis(config.heartbeat_interval_ms.unwrap_or(15_000).max(1_000));
-    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
-    let mut accepted = false;
-    let mut out = Vec::new();
-    loop {
-        let message = tokio::select! {
-            m = ws.next() => m,
-            _ = ping.tick(), if accepted => {
-                let frame = RealtimeResume::ping_frame(json!({ "sent_at_unix_ms": now_ms() }));
-                if let Err(err) = ws.send(Message::Text(frame.to_string().into())).await {
-                    return Ended::Lost(err.to_string());
-                }
-                continue;
-            }
-        };
-        let text = match message {
-            Some(Ok(Message::Text(text))) => text,
-            Some(Ok(Message::Close(frame))) => {
-                return Ended::Lost(
-                    frame.map_or_else(|| "closed".to_owned(), |f| format!("closed: {}", f.reason)),
-                );
-            }
-            Some(Ok(_)) => continue,
-            Some(Err(err)) => return Ended::Lost(err.to_string()),
-            None => return Ended::Lost("connection closed".into()),
-        };
-        let Ok(value) = serde_json::from_str::<Value>(text.as_str()) else {
-            decoder.decode_frame(text.as_str(), &mut out);
-            if emit_all(emit, commander, &mut out).await.is_err() {
-                return Ended::GraphClosed;
-            }
-            continue;
-        };
-        match value.get("type").and_then(Value::as_str) {
-            Some("handshake.accepted") => {
-                accepted = true;
-                backoff.reset();
-                health.set(HealthState::Ok, None);
-                let subscribe = RealtimeResume::subscribe_frame(&config.subscription());
-                if let Err(err) = ws.send(Message::Text(subscribe.to_string().into())).await {
-                    return Ended::Lost(err.to_string());
-                }
-            }
-            Some("subscribed" | "pong") => {}
-            Some("error") if !accepted && is_auth_error(&value) => {
-                let message = value
-                    .pointer("/payload/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("authentication refused");
-                return Ended::Refused(format!("realtime handshake refused: {message}"));
-            }
-            _ => {
-                decoder.decode_value(value, None, &mut out);
-                if emit_all(emit, commander, &mut out).await.is_err() {
-                    return Ended::GraphClosed;
-                }
-            }
-        }
-    }
 }
 
 async fn emit_all(
@@ -756,7 +732,7 @@ async fn console_run(
     let response = post
         .send()
         .await
-        .map_err(|e| format!("console run: {}", without_url(&e)))?;
+        .map_err(|e| format!("console run: {}", describe_http_error(&e)))?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("console run refused: HTTP {status}"));
@@ -765,7 +741,7 @@ async fn console_run(
     let mut body = response.bytes_stream();
     let mut out = Vec::new();
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("console run cut: {}", without_url(&e)))?;
+        let chunk = chunk.map_err(|e| format!("console run cut: {}", describe_http_error(&e)))?;
         if decode {
             decoder.feed(&chunk, &mut out);
             emit_all(emit, commander, &mut out)
@@ -787,8 +763,11 @@ mod tests {
     use super::*;
 
     fn config(extra: &str) -> PalyraConfig {
-        Options::parse_snippet(&format!("url = \"http://127.0.0.1:7142/\"\n{extra}"))
-            .expect("config parses")
+        Options::parse_snippet_with(
+            &format!("url = \"http://127.0.0.1:7142/\"\n{extra}"),
+            PalyraConfig::from_options,
+        )
+        .expect("config parses")
     }
 
     #[test]
@@ -805,6 +784,9 @@ mod tests {
         );
         assert_eq!(c.mode, Mode::Realtime);
         assert_eq!(c.command_attempts, 3);
+        assert_eq!(c.transport.max_attempts, None);
+        assert_eq!(c.transport.backoff_initial_ms, 1_000);
+        assert_eq!(c.transport.backoff_max_ms, 30_000);
         assert_eq!(c.bearer().as_deref(), Some("Bearer tok"));
         assert!(
             !format!("{c:?}").contains("tok\""),
@@ -819,9 +801,28 @@ mod tests {
     }
 
     #[test]
+    fn an_https_daemon_is_reached_over_tls() {
+        let c: PalyraConfig = Options::parse_snippet_with(
+            "url = \"https://palyra.example:7142\"\nsession = \"S\"",
+            PalyraConfig::from_options,
+        )
+        .expect("config parses");
+        assert_eq!(c.realtime_url(), "wss://palyra.example:7142/realtime/v1/ws");
+        assert_eq!(
+            c.command_url(),
+            "https://palyra.example:7142/console/v1/acp/command"
+        );
+    }
+
+    #[test]
     fn unknown_options_are_refused() {
-        let err = Options::parse_snippet::<PalyraConfig>("url = \"http://x\"\nsesion = \"s\"");
-        assert!(err.is_err());
+        let err = Options::parse_snippet_with(
+            "url = \"http://x\"\nsesion = \"s\"",
+            PalyraConfig::from_options,
+        )
+        .expect_err("unknown key");
+        assert_eq!((err.line, err.col), (2, 1), "{err}");
+        assert!(err.message.contains("did you mean `session`"), "{err}");
     }
 
     #[test]

@@ -5,16 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use patchbay_graph::{Diagnostic, Options};
 use serde::Deserialize;
 
-/// A secret config value (an API key): never shown by `Debug`.
-#[derive(Clone, Default, Deserialize, schemars::JsonSchema)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("\"<secret>\"")
-    }
-}
+pub use patchbay_graph::config::Secret;
 
 /// How an `openai`/`anthropic` component gets its streams.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]

@@ -173,7 +173,7 @@ fn probe_client() -> Result<&'static reqwest::Client, &'static String> {
         std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {
-            patchbay_http::client_builder()
+            patchbay_transport::client_builder()
                 .no_proxy()
                 .pool_max_idle_per_host(0)
                 .redirect(reqwest::redirect::Policy::none())

@@ -76,11 +76,12 @@ impl ProxyState {
     }
 }
 
-/// The HTTP client the proxy (and prompt mode) uses: rustls with the ring provider for
-/// `https://` upstreams, no redirects followed (the client sees them), no automatic
+/// The HTTP client the proxy (and prompt mode) uses: the transport's TLS setup for
+/// `https://` upstreams (rustls with the ring provider, the system's roots), no redirects
+/// followed (the client sees them), no automatic
 /// decompression (bytes are relayed as they are).
 pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
-    patchbay_http::client_builder()
+    patchbay_transport::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
 }

@@ -3,7 +3,7 @@
 //! [`patchbay_signal::normalize::Normalizer`]; a frame that is not JSON becomes an `error
 //! {code: "bad_frame"}` signal (counted) and the connection lives on.
 //!
-//! The connection reconnects with capped exponential backoff and jitter (`patchbay_graph::backoff::Backoff`:
+//! The connection reconnects with capped exponential backoff and jitter (`patchbay_transport::Backoff`:
 //! `backoff_initial_ms`, `backoff_max_ms`, at most `max_attempts` failures in a row when
 //! set, reset by each successful connection), each attempt bounded by
 //! `connect_timeout_ms`. It pings every `ping_interval_ms`; a ping not answered by the next

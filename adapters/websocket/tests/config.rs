@@ -19,7 +19,9 @@ fn errors(source: &str) -> String {
 fn websocket_options() {
     let ok = "type = \"websocket\"\nurl = \"ws://127.0.0.1:9/x\"\nheaders = { Authorization = \"Bearer t\" }\nmax_attempts = 3\nping_interval_ms = 0";
     assert_eq!(errors(ok), "");
-    assert!(errors(&ok.replace("ws://", "wss://")).contains("wss://"));
+    // TLS upstreams are taken, with an extra CA file if need be.
+    assert_eq!(errors(&ok.replace("ws://", "wss://")), "");
+    assert_eq!(errors(&format!("{ok}\nca_file = \"ca.pem\"")), "");
     assert!(errors(&ok.replace("ws://", "http://")).contains("ws://"));
     assert!(errors(&ok.replace("max_attempts = 3", "max_attempts = 0")).contains("at least 1"));
     assert!(errors(&ok.replace("Authorization", "\"Bad Header\"")).contains("header name"));
@@ -30,10 +32,18 @@ fn websocket_options() {
 fn sse_options() {
     let ok = "type = \"sse\"\nurl = \"http://127.0.0.1:9/events\"\nheaders = { \"X-Key\" = \"k\" }\nbackoff_initial_ms = 10\nbackoff_max_ms = 100\nidle_timeout_ms = 5000";
     assert_eq!(errors(ok), "");
-    assert!(errors(&ok.replace("http://", "https://")).contains("https://"));
+    assert_eq!(errors(&ok.replace("http://", "https://")), "");
+    assert!(errors(&ok.replace("http://", "ws://")).contains("http:// or https://"));
     assert!(
         errors(&ok.replace("backoff_max_ms = 100", "backoff_max_ms = 1"))
             .contains("at least `backoff_initial_ms`")
     );
-    assert!(!errors(&format!("{ok}\nping_interval_ms = 2")).is_empty());
+    let unknown = errors(&format!("{ok}\nping_interval_ms = 2"));
+    assert!(
+        unknown.contains("unknown field `ping_interval_ms`"),
+        "{unknown}"
+    );
+    assert!(
+        errors(&ok.replace("idle_timeout_ms = 5000", "idle_timeout_ms = 0")).contains("at least 1")
+    );
 }

@@ -11,7 +11,6 @@
 
 #![warn(missing_docs)]
 
-pub mod backoff;
 pub mod compile;
 pub mod component;
 pub mod config;
@@ -35,7 +34,7 @@ pub use config::{Diagnostic, Options, SourceText};
 pub use descriptor::{Adapter, ComponentType, Probe, Role, WrapRequest, options_of};
 pub use embed::{ChannelOutput, ChannelSource, RunningGraph};
 pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
-pub use link_ends::{GaveUp, LinkEnds};
+pub use link_ends::LinkEnds;
 pub use queue::{SignalQueue, WhenFull};
 pub use registry::{Declaration, DiscoveryExpander, DiscoveryExpansion, OutputKind, Registry};
 pub use telemetry::{ComponentStats, HealthState, Telemetry};

@@ -3,12 +3,9 @@
 //! `NAME.inbound`, and [`LinkEnds`] lets it talk to whichever ends it has without caring
 //! which of the two it runs as.
 
-use std::time::Duration;
-
 use patchbay_signal::SharedSignal;
 use patchbay_signal::normalize::Decoded;
 
-use crate::backoff::{Backoff, retry_detail};
 use crate::component::{Closed, OutputContext, SourceContext};
 use crate::telemetry::HealthState;
 
@@ -21,16 +18,6 @@ pub struct LinkEnds<'a> {
     pub signals_in: Option<&'a SourceContext>,
     /// Where controls come from (`None`: a listen-only source).
     pub controls: Option<&'a OutputContext>,
-}
-
-/// A link used up its reconnection attempts; its ends are `Failed` with this reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("gave up after {attempts} attempts: {reason}")]
-pub struct GaveUp {
-    /// The failed attempts in a row.
-    pub attempts: u32,
-    /// Why the last one failed.
-    pub reason: String,
 }
 
 impl<'a> LinkEnds<'a> {
@@ -119,34 +106,6 @@ impl<'a> LinkEnds<'a> {
             }
         }
     }
-
-    /// After a failed connection: the (jittered) delay before the next attempt, the ends
-    /// `Recovering` ("retrying in N s: reason") meanwhile; or, the attempts used up, the
-    /// link [failed](LinkEnds::fail) and why.
-    pub async fn retry_delay(
-        &self,
-        backoff: &mut Backoff,
-        reason: &str,
-    ) -> Result<Duration, GaveUp> {
-        let Some(delay) = backoff.next_jittered() else {
-            let gave_up = GaveUp {
-                attempts: backoff.attempts(),
-                reason: reason.to_owned(),
-            };
-            self.fail(&gave_up.to_string()).await;
-            return Err(gave_up);
-        };
-        self.set_state(HealthState::Recovering, Some(retry_detail(delay, reason)));
-        Ok(delay)
-    }
-
-    /// Waits out `delay` before reconnecting; `false` when shutdown came first.
-    pub async fn wait_to_reconnect(&self, delay: Duration) -> bool {
-        tokio::select! {
-            () = tokio::time::sleep(delay) => true,
-            () = self.shutdown() => false,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -180,10 +139,6 @@ mod tests {
             shutdown: Shutdown::never(),
         };
         (cx, rx)
-    }
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
     }
 
     #[test]
@@ -222,53 +177,5 @@ mod tests {
         without_inbound.emit_all(&mut out).await.expect("dropped");
         assert!(out.is_empty());
         assert!(rx.try_recv().is_err());
-    }
-
-    #[tokio::test]
-    async fn recovers_then_gives_up_failing_and_refusing_controls() {
-        let (cx, _rx) = two_way();
-        let ends = LinkEnds::output(&cx);
-        let mut backoff = Backoff::new(ms(1), ms(1), Some(1));
-
-        let delay = ends
-            .retry_delay(&mut backoff, "lost")
-            .await
-            .expect("a retry");
-        assert!(delay >= ms(1) && delay < ms(2), "{delay:?}");
-        let output = cx.stats().snapshot();
-        assert_eq!(output.state, HealthState::Recovering);
-        assert_eq!(output.detail.as_deref(), Some("retrying in 0.0 s: lost"));
-        assert!(ends.wait_to_reconnect(delay).await);
-
-        // A control still queued, then the graph ends: giving up refuses it and returns.
-        cx.queue()
-            .push(Arc::new(Signal::new(
-                "control.pause",
-                "test",
-                Object::new(),
-            )))
-            .await;
-        cx.queue().close();
-        let gave_up = ends.retry_delay(&mut backoff, "lost again").await;
-        let expected = GaveUp {
-            attempts: 1,
-            reason: "lost again".into(),
-        };
-        assert_eq!(gave_up, Err(expected.clone()));
-        assert_eq!(expected.to_string(), "gave up after 1 attempts: lost again");
-        for stats in [cx.stats(), cx.inbound().expect("inbound").stats()] {
-            let snapshot = stats.snapshot();
-            assert_eq!(snapshot.state, HealthState::Failed);
-            assert_eq!(
-                snapshot.detail.as_deref(),
-                Some("gave up after 1 attempts: lost again")
-            );
-        }
-        let output = cx.stats().snapshot();
-        assert_eq!(output.bad_input, 1);
-        assert_eq!(
-            output.last_error.as_deref(),
-            Some("control.pause not sent: gave up after 1 attempts: lost again")
-        );
     }
 }

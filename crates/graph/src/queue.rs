@@ -12,10 +12,12 @@ use tokio::sync::Notify;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WhenFull {
-    /// Wait for room: nothing is lost, and the graph waits for this output (control
-    /// outputs default to this: a pause is never dropped).
+    /// Wait for room: nothing is lost, and the graph waits for this output (`stdout` and
+    /// `file` default to this).
     Block,
-    /// Drop the oldest queued signal to make room (UI outputs default to this).
+    /// Drop the oldest queued signal to make room (UI outputs and two-way links default
+    /// to this: a link whose peer is away keeps the latest controls without stalling the
+    /// graph).
     DropOldest,
     /// Drop the incoming signal.
     DropNewest,

@@ -176,7 +176,9 @@ impl Registry {
 
     /// Registers a two-way link type (an agent runtime's connection) under one name: as a
     /// source it only listens; as an output it sends controls and what it receives comes
-    /// out of `NAME.inbound`, its queue blocking when full so that no control is dropped.
+    /// out of `NAME.inbound`. Its queue defaults to `drop_oldest`: while the peer is away
+    /// it keeps the latest `queue` controls (sent once the peer is back) and counts the
+    /// ones it drops, instead of stalling the whole graph.
     pub fn link(
         &mut self,
         type_name: &'static str,
@@ -188,7 +190,7 @@ impl Registry {
             OutputKind {
                 build: build_output,
                 inbound: true,
-                when_full: WhenFull::Block,
+                when_full: WhenFull::DropOldest,
             },
         )
     }

@@ -61,16 +61,7 @@ impl Default for SidecarConfig {
     }
 }
 
-/// A secret string whose `Debug` never shows it, so that tokens stay out of logs.
-#[derive(Clone, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
+pub use patchbay_graph::config::Secret;
 
 /// Checked options: what the running sidecar uses.
 #[derive(Debug, Clone)]

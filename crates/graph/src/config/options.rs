@@ -39,6 +39,15 @@ impl<'a> Options<'a> {
 
     /// Options parsed from a TOML snippet, for tests of component configs.
     pub fn parse_snippet<T: DeserializeOwned>(toml_text: &str) -> Result<T, Diagnostic> {
+        Options::parse_snippet_with(toml_text, |options| options.parse())
+    }
+
+    /// Options from a TOML snippet, handed to `parse` (a component's own parse function),
+    /// for tests of component configs.
+    pub fn parse_snippet_with<T>(
+        toml_text: &str,
+        parse: impl FnOnce(&Options<'_>) -> Result<T, Diagnostic>,
+    ) -> Result<T, Diagnostic> {
         let file = SourceText::new("<snippet>", toml_text);
         let secrets = Secrets::default();
         let table = toml::de::DeTable::parse(&file.text)
@@ -50,7 +59,7 @@ impl<'a> Options<'a> {
             "snippet".into(),
             Spanned::new(span, DeValue::Table(table.into_inner())),
         );
-        options.parse()
+        parse(&options)
     }
 
     /// The component's name.
@@ -74,6 +83,39 @@ impl<'a> Options<'a> {
             Some(base) if path.is_relative() => base.join(path),
             _ => path.to_path_buf(),
         }
+    }
+
+    /// Refuses a key that is not in `known`, as `#[serde(deny_unknown_fields)]` would,
+    /// for options structs that flatten other structs (where serde cannot): the error
+    /// points at the key, lists the known keys and suggests the closest one.
+    pub fn refuse_unknown_keys<'k>(
+        &self,
+        known: impl IntoIterator<Item = &'k str>,
+    ) -> Result<(), Diagnostic> {
+        let DeValue::Table(table) = self.value.get_ref() else {
+            return Ok(());
+        };
+        let mut known: Vec<&str> = known.into_iter().collect();
+        known.sort_unstable();
+        for key in table.keys() {
+            let name: &str = key.get_ref();
+            if known.contains(&name) {
+                continue;
+            }
+            let list = known
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(self.error_span(
+                key.span(),
+                format!(
+                    "unknown field `{name}`, expected one of {list}{}",
+                    suggestion(name, known.iter().copied())
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether a key is present.
@@ -161,6 +203,19 @@ mod tests {
     fn wrong_type_points_at_value() {
         let err = Options::parse_snippet::<Demo>("interval_ms = \"x\"\n").unwrap_err();
         assert_eq!((err.line, err.col), (1, 15));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_at_the_key_with_a_suggestion() {
+        let err = Options::parse_snippet_with("interval_ms = 5\n  intervl_ms = 3\n", |o| {
+            o.refuse_unknown_keys(["interval_ms", "emit"])
+        })
+        .unwrap_err();
+        assert_eq!((err.line, err.col), (2, 3), "{err}");
+        assert!(err.message.contains("unknown field `intervl_ms`"), "{err}");
+        assert!(err.message.contains("did you mean `interval_ms`"), "{err}");
+        Options::parse_snippet_with("emit = \"x\"", |o| o.refuse_unknown_keys(["emit"]))
+            .expect("known keys pass");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{Diagnostic, Options};
+use patchbay_graph::{Diagnostic, Options};
 
 /// Delays between reconnection attempts: attempt `n` (1-based, counted since the last
 /// success) waits `min(initial·2^(n−1), max)`, plus up to a quarter of that as jitter

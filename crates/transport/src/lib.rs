@@ -1,0 +1,44 @@
+//! How patchbay's network adapters connect, in one place.
+//!
+//! An adapter (the `websocket` and `sse` sources, the `openclaw`, `escapement` and
+//! `palyra` links) keeps only its handshake, framing and decoder; this crate owns the rest:
+//!
+//! - [`TransportOptions`]: the connection options every network adapter embeds with
+//!   `#[serde(flatten)]` (`url`, `backoff_initial_ms`, `backoff_max_ms`, `max_attempts`,
+//!   `connect_timeout_ms`, `ca_file`), with defaults the adapter supplies ([`Defaults`]),
+//!   parsed by [`parse_options`], which refuses unknown keys over the adapter's and the
+//!   transport's keys together (FILE:LINE:COL and a did-you-mean). [`Headers`] are the
+//!   extra request headers of the adapters that take them.
+//! - [`Driver`]: the reconnect loop. Connect within `connect_timeout_ms`, run the session,
+//!   on a loss back off with jitter ([`Backoff`]) and retry, give up after `max_attempts`
+//!   (`failed`); health `starting` → `ok` → `recovering` ("retrying in N s: reason") →
+//!   `failed`; every wait ends at shutdown; a successful connection resets the backoff. An
+//!   adapter implements [`Link`] (connect + session) and hands it to the driver.
+//! - [`connect_websocket`]: a WebSocket client connection (tokio-tungstenite) with
+//!   headers, `TCP_NODELAY`, and TLS for `wss://`; [`client_builder`]: the HTTP client
+//!   (reqwest) for `http://` and `https://`. Both use one TLS setup ([`tls`]): rustls on
+//!   the ring provider, the system's roots, plus the PEM file of `ca_file`.
+//! - [`RedactedUrl`]: a URL as it may be logged (password and token-like query values
+//!   replaced by `***`); header values are never shown.
+
+#![warn(missing_docs)]
+
+pub mod backoff;
+mod driver;
+mod headers;
+mod http;
+mod options;
+mod redact;
+pub mod tls;
+mod ws;
+
+pub use backoff::{Backoff, check_delays, retry_detail};
+pub use driver::{Driver, Ended, GaveUp, Link};
+pub use headers::Headers;
+pub use http::{client_builder, client_builder_with, describe_http_error};
+pub use options::{Defaults, Scheme, TransportConfig, TransportOptions, known_keys, parse_options};
+pub use redact::{RedactedUrl, SECRET_QUERY_KEYS};
+pub use tls::TlsError;
+pub use ws::{
+    WsConnectError, WsStream, close_reason, connect_websocket, describe as describe_ws_error,
+};
