@@ -280,20 +280,49 @@ pub fn test(configs: &[PathBuf]) -> anyhow::Result<ExitCode> {
     })
 }
 
-pub fn tap(
-    url: &str,
-    types: Option<&str>,
+/// `patchbay tap`'s options.
+#[derive(Debug, clap::Args)]
+pub struct TapArgs {
+    /// The sidecar's WebSocket URL.
+    #[arg(default_value = patchbay_server::DEFAULT_TAP_URL)]
+    url: String,
+    /// Only these types (comma-separated; a trailing `*` matches a prefix).
+    #[arg(long)]
+    types: Option<String>,
+    /// First replay what the sidecar still holds after this seq.
+    #[arg(long)]
     since: Option<u64>,
+    /// NDJSON even on a terminal.
+    #[arg(long)]
     json: bool,
-) -> anyhow::Result<ExitCode> {
+    /// The sidecar's token (also `PATCHBAY_TOKEN`), sent as a bearer header.
+    #[arg(long, env = "PATCHBAY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Stop when the connection ends instead of reconnecting.
+    #[arg(long)]
+    once: bool,
+}
+
+/// `patchbay tap`: prints what a sidecar sends until Ctrl-C; reconnects and resumes by
+/// `seq` when the connection ends (unless `--once`). Exits 1 when it cannot connect at all.
+pub fn tap(args: TapArgs) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal;
-    let readable = !json && std::io::stdout().is_terminal();
+    let options = patchbay_server::TapOptions {
+        readable: !args.json && std::io::stdout().is_terminal(),
+        types: args.types,
+        since: args.since,
+        token: args.token.map(patchbay_graph::config::Secret),
+        follow: !args.once,
+        url: args.url,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        let mut out = std::io::stdout();
+        let note = |what: &str| eprintln!("patchbay tap: {what}");
         tokio::select! {
-            result = patchbay_server::tap(url, types, since, readable) => result.map_err(anyhow::Error::from),
+            result = patchbay_server::tap(&options, &mut out, note) => result.map_err(anyhow::Error::from),
             () = stop_signal() => Ok(()),
         }
     })?;

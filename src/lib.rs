@@ -128,20 +128,7 @@ enum Command {
         command: Vec<String>,
     },
     /// Print the signals flowing through a running patchbay's sidecar.
-    Tap {
-        /// The sidecar's WebSocket URL.
-        #[arg(default_value = patchbay_server::DEFAULT_TAP_URL)]
-        url: String,
-        /// Only these types (comma-separated; a trailing `*` matches a prefix).
-        #[arg(long)]
-        types: Option<String>,
-        /// First replay what the sidecar still holds after this seq.
-        #[arg(long)]
-        since: Option<u64>,
-        /// NDJSON even on a terminal.
-        #[arg(long)]
-        json: bool,
-    },
+    Tap(commands::TapArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -250,12 +237,7 @@ pub fn main() -> ExitCode {
             name,
             command,
         } => commands::wrap(&protocol, to, name, command),
-        Command::Tap {
-            url,
-            types,
-            since,
-            json,
-        } => commands::tap(&url, types.as_deref(), since, json),
+        Command::Tap(args) => commands::tap(args),
     };
     match result {
         Ok(code) => code,

@@ -45,7 +45,7 @@ use tokio::sync::watch;
 pub use config::{DEFAULT_LISTEN, Secret, Settings, SidecarConfig};
 pub use hub::{Format, TypeFilter};
 pub use inbound::{BadFrame, body_to_signals, ui_frame_to_signal, value_to_signal};
-pub use tap::{DEFAULT_TAP_URL, TapError, tap, tap_to};
+pub use tap::{DEFAULT_TAP_URL, TapError, TapOptions, tap};
 
 /// The output type name in configs.
 pub const TYPE_NAME: &str = "sidecar";

@@ -1,10 +1,17 @@
 //! `patchbay tap`: prints the signals a running sidecar sends.
 
 use std::io::Write;
+use std::time::Duration;
 
 use futures_util::StreamExt;
+use patchbay_graph::config::Secret;
+use patchbay_transport::{
+    Backoff, RedactedUrl, WsConnectError, WsStream, close_reason, connect_websocket,
+    describe_ws_error,
+};
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::http::{HeaderValue, header};
 
 /// Where `patchbay tap` connects when given no URL.
 pub const DEFAULT_TAP_URL: &str = "ws://127.0.0.1:7878/ws";
@@ -15,56 +22,125 @@ pub enum TapError {
     /// The URL is not a `ws://` or `wss://` URL.
     #[error("`{0}` is not a WebSocket URL (expected ws://HOST:PORT/ws)")]
     BadUrl(String),
-    /// Connecting or reading failed.
-    #[error("cannot tap {url}: {source}")]
-    Connect {
-        /// The URL (without its query string, which may hold a token).
-        url: String,
-        /// The WebSocket error.
-        #[source]
-        source: Box<tokio_tungstenite::tungstenite::Error>,
-    },
+    /// Connecting failed (nothing there, or the sidecar refused the token).
+    #[error("cannot tap: {0}")]
+    Connect(#[from] WsConnectError),
+    /// The token cannot be sent as a header.
+    #[error("the token is not a valid header value")]
+    BadToken,
     /// Writing to stdout failed (a closed pipe).
     #[error("cannot write to stdout: {0}")]
     Stdout(#[from] std::io::Error),
 }
 
-/// Connects to a sidecar's `/ws` and prints each signal on stdout until the server closes
-/// the connection: a readable line per signal when `readable`, else the frames as NDJSON.
-/// `types` (`a,b*`) and `since` are passed as `?types=` and `?since=`.
-pub async fn tap(
-    url: &str,
-    types: Option<&str>,
-    since: Option<u64>,
-    readable: bool,
-) -> Result<(), TapError> {
-    tap_to(url, types, since, readable, &mut std::io::stdout()).await
+/// What `patchbay tap` prints, and from where.
+#[derive(Debug, Clone)]
+pub struct TapOptions {
+    /// The sidecar's WebSocket URL.
+    pub url: String,
+    /// Only these types (`a,b*`), passed as `?types=`.
+    pub types: Option<String>,
+    /// First replay what the sidecar still holds after this seq (`?since=`).
+    pub since: Option<u64>,
+    /// A readable line per signal, else the frames as NDJSON.
+    pub readable: bool,
+    /// The sidecar's token, sent as `Authorization: Bearer` (never in the URL, which
+    /// may end up in a log).
+    pub token: Option<Secret>,
+    /// When the connection ends, reconnect (with backoff) and resume after the last
+    /// `seq` printed, until stopped; else return.
+    pub follow: bool,
 }
 
-/// [`tap`], writing to `out` (flushed after each line, so a pipe sees signals live).
-pub async fn tap_to<W: Write + Send>(
-    url: &str,
-    types: Option<&str>,
-    since: Option<u64>,
+impl TapOptions {
+    /// Tapping `url` once, NDJSON, everything live.
+    pub fn new(url: impl Into<String>) -> Self {
+        TapOptions {
+            url: url.into(),
+            types: None,
+            since: None,
+            readable: false,
+            token: None,
+            follow: false,
+        }
+    }
+}
+
+/// Connects to a sidecar's `/ws` and prints each signal to `out` (flushed after each line,
+/// so a pipe sees signals live) until the sidecar closes the connection, or, with
+/// `follow`, forever: the connection is opened again with backoff and resumes after the
+/// last `seq` printed. `note` hears what happens to the connection (for standard error).
+/// The first connection must succeed; a refused token always ends it.
+pub async fn tap<W: Write + Send>(
+    options: &TapOptions,
+    out: &mut W,
+    mut note: impl FnMut(&str),
+) -> Result<(), TapError> {
+    let mut headers = Vec::new();
+    if let Some(Secret(token)) = &options.token {
+        let value =
+            HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| TapError::BadToken)?;
+        headers.push((header::AUTHORIZATION, value));
+    }
+    let shown = RedactedUrl(&options.url).to_string();
+    let mut since = options.since;
+    let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5), None);
+    let mut connected_once = false;
+    loop {
+        let url = tap_url(&options.url, options.types.as_deref(), since)?;
+        let ws = match connect_websocket(&url, headers.iter().cloned(), None).await {
+            Ok(ws) => ws,
+            Err(e) if connected_once && e.is_retryable() => {
+                let delay = backoff.next_jittered().unwrap_or(Duration::from_secs(5));
+                note(&format!("{e}; retrying in {:.1} s", delay.as_secs_f64()));
+                tokio::time::sleep(delay).await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if connected_once {
+            note(&format!("connected to {shown} again"));
+        }
+        connected_once = true;
+        backoff.reset();
+        let (ended, last) = print_frames(ws, options.readable, out).await?;
+        since = last.or(since);
+        if !options.follow {
+            return Ok(());
+        }
+        let resume = since.map_or_else(String::new, |s| format!(", resuming after seq {s}"));
+        note(&format!("{ended}; reconnecting{resume}"));
+    }
+}
+
+/// Prints the frames of one connection; returns why it ended and the last `seq` seen.
+async fn print_frames<W: Write>(
+    mut ws: WsStream,
     readable: bool,
     out: &mut W,
-) -> Result<(), TapError> {
-    let full = tap_url(url, types, since)?;
-    let shown = url.split('?').next().unwrap_or(url).to_owned();
-    let connect_error = |e| TapError::Connect {
-        url: shown.clone(),
-        source: Box::new(e),
-    };
-    // `true`: TCP_NODELAY, so a small frame is not held back for an ACK.
-    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(full.as_str(), None, true)
-        .await
-        .map_err(connect_error)?;
+) -> Result<(String, Option<u64>), TapError> {
+    let mut last = None;
     while let Some(message) = ws.next().await {
-        let text = match message.map_err(connect_error)? {
-            Message::Text(t) => t,
-            Message::Close(_) => break,
-            _ => continue,
+        let text = match message {
+            Ok(Message::Text(t)) => t,
+            Ok(Message::Close(frame)) => {
+                return Ok((
+                    format!(
+                        "the sidecar closed the connection ({})",
+                        close_reason(frame.as_ref())
+                    ),
+                    last,
+                ));
+            }
+            Ok(_) => continue,
+            Err(e) => {
+                return Ok((
+                    format!("the connection broke: {}", describe_ws_error(&e)),
+                    last,
+                ));
+            }
         };
+        last = frame_seq(&text).or(last);
         if readable {
             writeln!(out, "{}", readable_line(&text))?;
         } else {
@@ -72,7 +148,17 @@ pub async fn tap_to<W: Write + Send>(
         }
         out.flush()?;
     }
-    Ok(())
+    Ok(("the connection ended".to_owned(), last))
+}
+
+/// The `seq` of a frame: `metadata.seq` of an envelope, `seq` of an Escapement frame.
+fn frame_seq(text: &str) -> Option<u64> {
+    let frame: Value = serde_json::from_str(text).ok()?;
+    frame
+        .get("metadata")
+        .and_then(|m| m.get("seq"))
+        .or_else(|| frame.get("seq"))
+        .and_then(Value::as_u64)
 }
 
 /// The URL with `types` and `since` added to its query string.

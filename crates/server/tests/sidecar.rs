@@ -555,14 +555,24 @@ async fn tap_prints_signals_until_the_sidecar_stops() {
     let url = server.ws_url("");
     let ndjson = tokio::spawn(async move {
         let mut out = Vec::new();
-        patchbay_server::tap_to(&url, Some("keep.*"), Some(0), false, &mut out)
+        let options = patchbay_server::TapOptions {
+            types: Some("keep.*".into()),
+            since: Some(0),
+            ..patchbay_server::TapOptions::new(url)
+        };
+        patchbay_server::tap(&options, &mut out, |_| {})
             .await
             .map(|()| out)
     });
     let url = server.ws_url("");
     let readable = tokio::spawn(async move {
         let mut out = Vec::new();
-        patchbay_server::tap_to(&url, None, Some(0), true, &mut out)
+        let options = patchbay_server::TapOptions {
+            since: Some(0),
+            readable: true,
+            ..patchbay_server::TapOptions::new(url)
+        };
+        patchbay_server::tap(&options, &mut out, |_| {})
             .await
             .map(|()| out)
     });
@@ -590,9 +600,13 @@ async fn tap_prints_signals_until_the_sidecar_stops() {
     assert_eq!(out.lines().count(), 4, "{out}");
     assert!(out.lines().all(|l| l.contains("test:count")), "{out}");
 
-    let err = patchbay_server::tap("http://127.0.0.1:1/ws", None, None, false)
-        .await
-        .unwrap_err();
+    let err = patchbay_server::tap(
+        &patchbay_server::TapOptions::new("http://127.0.0.1:1/ws"),
+        &mut Vec::new(),
+        |_| {},
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, patchbay_server::TapError::BadUrl(_)));
 }
 
