@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{SharedSignal, Signal};
@@ -87,6 +88,26 @@ impl Shutdown {
 #[error("the graph is shutting down")]
 pub struct Closed;
 
+/// Why a bounded emit did not hand a signal to the graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// The graph's inbound queue stayed full for the whole wait.
+    #[error("the graph stayed full")]
+    Full,
+    /// The graph is shutting down.
+    #[error("the graph is shutting down")]
+    Closed,
+}
+
+/// What [`SourceContext::emit_all_within`] did with a run of signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Emitted {
+    /// How many signals, from the first, the graph took.
+    pub accepted: usize,
+    /// Why the rest (if any) were refused.
+    pub refused: Option<Refused>,
+}
+
 /// What a running source gets: a way to emit signals, its counters and health, and the
 /// shutdown signal.
 #[derive(Debug, Clone)]
@@ -135,6 +156,64 @@ impl SourceContext {
             .map_err(|_| Closed)?;
         ComponentStats::add(&self.stats.sent, 1);
         Ok(())
+    }
+
+    /// Emits a signal, waiting at most `wait` for room in the graph's inbound queue: for
+    /// ingest that must answer its peer ("slow" and "stuck" are told apart). A refusal for
+    /// a full graph is counted (`refused`).
+    pub async fn emit_within(&self, signal: Signal, wait: Duration) -> Result<(), Refused> {
+        ComponentStats::add(&self.stats.received, 1);
+        let event = Event::Signal(self.node, Arc::new(signal));
+        let event = match self.tx.try_send(event) {
+            Ok(()) => {
+                ComponentStats::add(&self.stats.sent, 1);
+                return Ok(());
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(Refused::Closed),
+            Err(mpsc::error::TrySendError::Full(event)) => event,
+        };
+        match tokio::time::timeout(wait, self.tx.reserve()).await {
+            Ok(Ok(permit)) => {
+                permit.send(event);
+                ComponentStats::add(&self.stats.sent, 1);
+                Ok(())
+            }
+            Ok(Err(_)) => Err(Refused::Closed),
+            Err(_) => {
+                ComponentStats::add(&self.stats.refused, 1);
+                Err(Refused::Full)
+            }
+        }
+    }
+
+    /// Emits `signals` in order, each waiting at most `wait` for room
+    /// ([`emit_within`](SourceContext::emit_within)); at the first refusal the rest are
+    /// refused too (and counted), so that what was accepted is always a prefix.
+    pub async fn emit_all_within(
+        &self,
+        signals: impl IntoIterator<Item = Signal>,
+        wait: Duration,
+    ) -> Emitted {
+        let mut signals = signals.into_iter();
+        let mut accepted = 0;
+        while let Some(signal) = signals.next() {
+            if let Err(why) = self.emit_within(signal, wait).await {
+                let rest = signals.count() as u64;
+                ComponentStats::add(&self.stats.received, rest);
+                if why == Refused::Full {
+                    ComponentStats::add(&self.stats.refused, rest);
+                }
+                return Emitted {
+                    accepted,
+                    refused: Some(why),
+                };
+            }
+            accepted += 1;
+        }
+        Emitted {
+            accepted,
+            refused: None,
+        }
     }
 
     /// Emits without waiting, for producers that must never block (a MIDI callback):

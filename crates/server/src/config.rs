@@ -33,6 +33,11 @@ pub struct SidecarConfig {
     /// Largest WebSocket message or POST body accepted, in bytes.
     #[serde(default = "default_max_frame")]
     pub max_frame: usize,
+    /// How long ingest (`POST /signal`, frames a UI sends on `/ws`) waits for room when the
+    /// graph is full before refusing the signal: `503` with `Retry-After` over HTTP, an
+    /// error frame naming the refused `id`s over WebSocket. Refusals are counted.
+    #[serde(default = "default_ingest_timeout_ms")]
+    pub ingest_timeout_ms: u64,
 }
 
 fn default_listen() -> String {
@@ -47,6 +52,9 @@ fn default_client_queue() -> usize {
 fn default_max_frame() -> usize {
     1 << 20
 }
+fn default_ingest_timeout_ms() -> u64 {
+    5000
+}
 
 impl Default for SidecarConfig {
     fn default() -> Self {
@@ -57,6 +65,7 @@ impl Default for SidecarConfig {
             token: None,
             allowed_origins: None,
             max_frame: default_max_frame(),
+            ingest_timeout_ms: default_ingest_timeout_ms(),
         }
     }
 }
@@ -87,6 +96,8 @@ pub struct Settings {
     pub allowed_origins: Option<Vec<String>>,
     /// Largest frame or body, in bytes.
     pub max_frame: usize,
+    /// How long ingest waits for room in a full graph before refusing.
+    pub ingest_timeout: std::time::Duration,
 }
 
 impl Settings {
@@ -146,6 +157,7 @@ impl Settings {
             token: config.token,
             allowed_origins: config.allowed_origins,
             max_frame: config.max_frame,
+            ingest_timeout: std::time::Duration::from_millis(config.ingest_timeout_ms),
         })
     }
 

@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{SinkExt, StreamExt};
-use patchbay_graph::{ComponentStats, SourceContext, Telemetry};
+use patchbay_graph::{ComponentStats, Refused, SourceContext, Telemetry};
 use patchbay_signal::normalize::Normalizer;
 use serde::Deserialize;
 use serde_json::json;
@@ -397,8 +397,18 @@ async fn handle_ui_text(
     match ui_frame_to_signal(normalizer, text) {
         Ok(signal) => match &state.inbound {
             Some(inbound) => {
-                if inbound.emit(signal).await.is_err() {
-                    refuse(state, "the graph is shutting down", tx).await?;
+                let id = signal.id.clone();
+                if let Err(why) = inbound
+                    .emit_within(signal, state.settings.ingest_timeout)
+                    .await
+                {
+                    let frame = json!({
+                        "kind": "error",
+                        "message": refusal_message(why),
+                        "refused": [id],
+                    });
+                    tx.send(Message::Text(Utf8Bytes::from(frame.to_string())))
+                        .await?;
                 }
                 Ok(())
             }
@@ -546,17 +556,45 @@ async fn post_signal(
             return error(StatusCode::BAD_REQUEST, bad.0);
         }
     };
-    let mut ids = Vec::with_capacity(signals.len());
-    for signal in signals {
-        ids.push(signal.id.clone());
-        if inbound.emit(signal).await.is_err() {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the graph is shutting down",
-            );
-        }
+    let total = signals.len();
+    let ids: Vec<String> = signals.iter().map(|s| s.id.clone()).collect();
+    let emitted = inbound
+        .emit_all_within(signals, state.settings.ingest_timeout)
+        .await;
+    if let Some(why) = emitted.refused {
+        let refused = total - emitted.accepted;
+        tracing::debug!(sidecar = %state.name, accepted = emitted.accepted, refused, "ingest refused: {why}");
+        let mut response = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({
+                "ok": false,
+                "error": refusal_message(why),
+                "accepted": emitted.accepted,
+                "refused": refused,
+                "ids": &ids[..emitted.accepted],
+            })),
+        )
+            .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, retry_after(&state.settings));
+        return response;
     }
     axum::Json(json!({"ok": true, "ids": ids, "clients": state.hub.client_count()})).into_response()
+}
+
+/// What a refused sender is told.
+fn refusal_message(why: Refused) -> &'static str {
+    match why {
+        Refused::Full => "the graph is full: signals refused, retry later",
+        Refused::Closed => "the graph is shutting down",
+    }
+}
+
+/// `Retry-After` for a refusal: the ingest timeout in whole seconds (at least 1).
+fn retry_after(settings: &Settings) -> HeaderValue {
+    let secs = settings.ingest_timeout.as_secs().max(1);
+    HeaderValue::from_str(&secs.to_string()).unwrap_or(HeaderValue::from_static("1"))
 }
 
 async fn health(State(state): State<Shared>) -> Response {
