@@ -19,7 +19,10 @@ pub struct SidecarConfig {
     /// How many signals are kept for `?since` replay.
     #[serde(default = "default_ring")]
     pub ring: usize,
-    /// How many frames each client may have waiting before its oldest are dropped.
+    /// How many frames each client may have waiting. When a client's queue is full, its
+    /// oldest frames are dropped (it gets a `lagged` notice); with `when_full = "block"`
+    /// nothing is dropped: the client is cut off (close 1013, after the frames queued for
+    /// it) and resumes with `?since=N` from the ring, told of any range the ring lost.
     #[serde(default = "default_client_queue")]
     pub client_queue: usize,
     /// Bearer token every endpoint but `/health` requires, if set.

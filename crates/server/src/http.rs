@@ -22,11 +22,17 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::config::{Secret, Settings};
-use crate::hub::{Format, Frame, Hub, Outgoing, Subscription, TypeFilter};
+use crate::hub::{
+    Format, Frame, Hub, Outgoing, Replay, Subscription, TypeFilter, cut_reason, gap_text,
+};
 use crate::inbound::{body_to_signals, ui_frame_to_signal};
 
 /// At most this many frames are written before a flush.
 const WRITE_BATCH: usize = 64;
+
+/// The close code a lagging client of a lossless sidecar gets (Try Again Later): it
+/// resumes with `?since=` from the reason.
+const CUT_CLOSE_CODE: u16 = 1013;
 
 /// How often an idle SSE stream gets a comment, so proxies keep it open.
 const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
@@ -294,7 +300,7 @@ async fn ws_handler(
         .on_upgrade(move |socket| ws_client(state, socket, sub, replay))
 }
 
-async fn ws_client(state: Shared, socket: WebSocket, sub: Subscription, replay: Vec<Arc<Frame>>) {
+async fn ws_client(state: Shared, socket: WebSocket, sub: Subscription, replay: Replay) {
     let hub = Arc::clone(&state.hub);
     // A client stalled in a send when the sidecar stops is dropped after a grace period.
     tokio::select! {
@@ -306,12 +312,17 @@ async fn ws_client(state: Shared, socket: WebSocket, sub: Subscription, replay: 
     }
 }
 
-async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay: Vec<Arc<Frame>>) {
+async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay: Replay) {
     let (mut tx, mut rx) = socket.split();
     let format = sub.client.format;
     let mut normalizer = Normalizer::new(state.source_name());
+    if let Some((from, to)) = replay.gap
+        && tx.feed(Message::Text(gap_text(from, to))).await.is_err()
+    {
+        return;
+    }
     // Frames are fed in batches and flushed once: one write for a burst, not one each.
-    for chunk in replay.chunks(WRITE_BATCH) {
+    for chunk in replay.frames.chunks(WRITE_BATCH) {
         for frame in chunk {
             if tx.feed(Message::Text(frame.text(format))).await.is_err() {
                 return;
@@ -327,14 +338,29 @@ async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay:
                 Some(out) => {
                     let mut batch = Some(out);
                     let mut fed = 0;
+                    let mut cut = None;
                     while let Some(out) = batch {
                         if tx.feed(Message::Text(out.text(format))).await.is_err() {
                             return;
+                        }
+                        if let Outgoing::Cut(resume_from) = out {
+                            cut = Some(resume_from);
+                            break;
                         }
                         fed += 1;
                         batch = if fed < WRITE_BATCH { sub.client.try_pop() } else { None };
                     }
                     if tx.flush().await.is_err() {
+                        break;
+                    }
+                    if let Some(resume_from) = cut {
+                        tracing::info!(sidecar = %state.name, resume_from, "a client lagged behind a lossless sidecar: cut off, it can resume from the ring");
+                        let _ = tx
+                            .send(Message::Close(Some(CloseFrame {
+                                code: CUT_CLOSE_CODE,
+                                reason: Utf8Bytes::from(cut_reason(resume_from)),
+                            })))
+                            .await;
                         break;
                     }
                 }
@@ -463,11 +489,18 @@ async fn sse_handler(
     else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the sidecar is stopping");
     };
+    let mut pending = VecDeque::new();
+    if let Some((from, to)) = replay.gap {
+        pending.push_back(Bytes::from_static(b"data: "));
+        pending.push_back(Bytes::from(gap_text(from, to)));
+        pending.push_back(Bytes::from_static(b"\n\n"));
+    }
     let stream = SseStream {
         sub,
-        replay: replay.into(),
+        replay: replay.frames.into(),
         format: params.format,
-        pending: VecDeque::new(),
+        pending,
+        ended: false,
     };
     let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
         let chunk = s.next_chunk().await?;
@@ -490,12 +523,17 @@ struct SseStream {
     replay: VecDeque<Arc<Frame>>,
     format: Format,
     pending: VecDeque<Bytes>,
+    /// Cut off (lossless sidecar): the stream ends once `pending` is sent.
+    ended: bool,
 }
 
 impl SseStream {
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(chunk) = self.pending.pop_front() {
             return Some(chunk);
+        }
+        if self.ended {
+            return None;
         }
         let out = match self.replay.pop_front() {
             Some(frame) => Outgoing::Frame(frame),
@@ -505,6 +543,9 @@ impl SseStream {
                 Err(_) => return Some(Bytes::from_static(b": keep-alive\n\n")),
             },
         };
+        // A cut-off client's stream ends after the notice: the browser reconnects with
+        // `Last-Event-ID` and resumes from the ring.
+        self.ended = matches!(out, Outgoing::Cut(_));
         let head = match out.seq() {
             Some(seq) => Bytes::from(format!("id: {seq}\ndata: ")),
             None => Bytes::from_static(b"data: "),

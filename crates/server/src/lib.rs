@@ -15,8 +15,12 @@
 //! Each signal the output accepts gets the next `seq` (from 1). A client whose queue
 //! (`client_queue`) overflows loses its oldest frames and gets one
 //! `{"kind":"lagged","resume_from":N}` frame first: reconnecting with `?since=N` loses
-//! nothing the ring still holds. The output's stats carry the gauges `clients`,
-//! `lagged_clients` (connected clients that have lagged), `client_frames_dropped` and
+//! nothing the ring still holds. On a lossless sidecar (`when_full = "block"`) such a
+//! client loses nothing silently: it gets what was queued for it, the `lagged` frame and a
+//! close (1013, the reason naming `?since=N`); reconnecting with `?since=N` replays the
+//! ring, preceded by `{"kind":"gap","from":A,"to":B,"missed":M}` if the ring no longer
+//! holds all of it. The output's stats carry the gauges `clients`, `lagged_clients`
+//! (connected clients that have lagged), `client_frames_dropped`, `clients_cut` and
 //! `port` (the bound port, useful with `listen = "127.0.0.1:0"`).
 //!
 //! [`tap()`] is the client side: it prints what a running sidecar sends.
@@ -113,6 +117,7 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
     let hub = Arc::new(hub::Hub::new(
         settings.ring,
         settings.client_queue,
+        cx.queue().policy() == WhenFull::Block,
         Arc::clone(cx.stats()),
     ));
     let state = Arc::new(http::AppState {
