@@ -47,21 +47,26 @@ pub(crate) enum Event {
     Ended(usize),
 }
 
-/// Tells components to stop.
+/// Tells components to stop, and by when the graph must have drained.
 #[derive(Debug, Clone)]
 pub struct Shutdown {
-    rx: watch::Receiver<bool>,
+    rx: watch::Receiver<Option<Deadline>>,
 }
 
+/// When a requested shutdown must be done: the instant, or never (the graph ends on its
+/// own and drains without a bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadline(pub(crate) Option<tokio::time::Instant>);
+
 impl Shutdown {
-    pub(crate) fn new() -> (watch::Sender<bool>, Shutdown) {
-        let (tx, rx) = watch::channel(false);
+    pub(crate) fn new() -> (watch::Sender<Option<Deadline>>, Shutdown) {
+        let (tx, rx) = watch::channel(None);
         (tx, Shutdown { rx })
     }
 
     /// A handle that never fires (for tests and one-shot tools).
     pub fn never() -> Shutdown {
-        let (tx, rx) = watch::channel(false);
+        let (tx, rx) = watch::channel(None);
         // Keep the sender alive forever so `wait` never resolves.
         std::mem::forget(tx);
         Shutdown { rx }
@@ -69,13 +74,21 @@ impl Shutdown {
 
     /// Whether shutdown has been requested.
     pub fn is_requested(&self) -> bool {
-        *self.rx.borrow()
+        self.rx.borrow().is_some()
+    }
+
+    /// By when the graph must have drained (`[runtime] shutdown_timeout_ms` after the stop
+    /// request): an output with clients of its own gives them until then to take what is
+    /// queued for them. `None` before shutdown is requested, or when the graph ends on its
+    /// own (then the drain has no bound).
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.rx.borrow().and_then(|d| d.0)
     }
 
     /// Resolves when shutdown is requested.
     pub async fn wait(&self) {
         let mut rx = self.rx.clone();
-        while !*rx.borrow_and_update() {
+        while rx.borrow_and_update().is_none() {
             if rx.changed().await.is_err() {
                 return;
             }

@@ -14,10 +14,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::compile::{Graph, NodeKind};
-use crate::component::{Event, OutputContext, Shutdown, SourceContext};
+use crate::component::{Deadline, Event, OutputContext, Shutdown, SourceContext};
 use crate::engine::Engine;
 use crate::queue::{Pushed, SignalQueue};
 use crate::telemetry::{ComponentStats, HealthState, Role, Telemetry};
+
+/// How long outputs still running at the shutdown deadline get to report what they could
+/// not deliver before they are stopped.
+const REPORT_GRACE: Duration = Duration::from_millis(250);
 
 /// How a run ended.
 #[derive(Debug)]
@@ -193,8 +197,9 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
                 () = timer => engine.fire_wall_timers(now_ms(), &mut |o, s| pending.push((o, s))),
                 () = &mut stop, if stopping.is_none() => {
                     tracing::info!("shutting down: stopping sources, draining");
-                    let _ = shutdown_tx.send(true);
-                    stopping = Some(tokio::time::Instant::now() + timeout);
+                    let at = tokio::time::Instant::now() + timeout;
+                    let _ = shutdown_tx.send(Some(Deadline(Some(at))));
+                    stopping = Some(at);
                     if sources_left == 0 {
                         break;
                     }
@@ -211,12 +216,27 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
         }
     }
 
-    // Flush what filters hold, then let outputs drain.
-    let _ = shutdown_tx.send(true);
+    // What ingest acknowledged before the stop is still queued: it goes through too.
+    while let Ok(event) = rx.try_recv() {
+        match event {
+            Event::Signal(node, signal) => {
+                engine.push(node, signal, now_ms(), &mut |o, s| pending.push((o, s)))
+            }
+            Event::Ended(node) => engine.end(node, now_ms(), &mut |o, s| pending.push((o, s))),
+        }
+    }
+    // Flush what filters hold, then let outputs drain. A graph ending on its own drains
+    // without a bound.
+    shutdown_tx.send_if_modified(|state| {
+        let unset = state.is_none();
+        if unset {
+            *state = Some(Deadline(None));
+        }
+        unset
+    });
     engine.end_all(now_ms(), &mut |o, s| pending.push((o, s)));
-    let drain_deadline = tokio::time::Instant::now() + timeout;
     let flushed = match stopping {
-        Some(_) => tokio::time::timeout_at(drain_deadline, deliver(&mut pending, &queues, &stats))
+        Some(at) => tokio::time::timeout_at(at, deliver(&mut pending, &queues, &stats))
             .await
             .is_ok(),
         None => {
@@ -229,11 +249,17 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
     }
     sources.abort_all();
     let drained = match stopping {
-        Some(_) => tokio::time::timeout_at(drain_deadline, async {
-            while outputs.join_next().await.is_some() {}
-        })
-        .await
-        .is_ok(),
+        Some(at) => {
+            let all_ended = async { while outputs.join_next().await.is_some() {} };
+            let mut all_ended = std::pin::pin!(all_ended);
+            let in_time = tokio::time::timeout_at(at, &mut all_ended).await.is_ok();
+            // Outputs past the deadline get a moment to report what they could not
+            // deliver (they know the deadline) before they are stopped.
+            if !in_time {
+                let _ = tokio::time::timeout(REPORT_GRACE, &mut all_ended).await;
+            }
+            in_time
+        }
         None => {
             while outputs.join_next().await.is_some() {}
             true

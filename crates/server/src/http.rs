@@ -34,6 +34,10 @@ const WRITE_BATCH: usize = 64;
 /// resumes with `?since=` from the reason.
 const CUT_CLOSE_CODE: u16 = 1013;
 
+/// The close code every client gets when the sidecar stops (Going Away), after the frames
+/// queued for it.
+const GOING_AWAY: u16 = 1001;
+
 /// How often an idle SSE stream gets a comment, so proxies keep it open.
 const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
 
@@ -302,13 +306,11 @@ async fn ws_handler(
 
 async fn ws_client(state: Shared, socket: WebSocket, sub: Subscription, replay: Replay) {
     let hub = Arc::clone(&state.hub);
-    // A client stalled in a send when the sidecar stops is dropped after a grace period.
+    // A client still taking its frames when the drain deadline passes is dropped (the
+    // sidecar counted what it did not take).
     tokio::select! {
         () = ws_session(state, socket, sub, replay) => {}
-        () = async {
-            hub.wait_closed().await;
-            tokio::time::sleep(crate::CLOSE_GRACE).await;
-        } => {}
+        () = hub.wait_abandoned() => {}
     }
 }
 
@@ -365,7 +367,13 @@ async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay:
                     }
                 }
                 None => {
-                    let _ = tx.send(Message::Close(None)).await;
+                    // The sidecar stopped and this client has everything queued for it.
+                    let _ = tx
+                        .send(Message::Close(Some(CloseFrame {
+                            code: GOING_AWAY,
+                            reason: Utf8Bytes::from_static("patchbay is shutting down"),
+                        })))
+                        .await;
                     break;
                 }
             },

@@ -365,7 +365,10 @@ pub struct Hub {
     client_dropped: AtomicU64,
     /// Clients cut off for lagging (lossless hub), all together.
     clients_cut: AtomicU64,
-    closed: watch::Sender<bool>,
+    /// Set when the drain deadline passed: the remaining connections are dropped.
+    abandoned: watch::Sender<bool>,
+    /// How many clients are connected (to wait for the last one to leave).
+    connected: watch::Sender<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -421,7 +424,8 @@ impl Hub {
             stats,
             client_dropped: AtomicU64::new(0),
             clients_cut: AtomicU64::new(0),
-            closed: watch::Sender::new(false),
+            abandoned: watch::Sender::new(false),
+            connected: watch::Sender::new(0),
         };
         hub.set_gauges(&HubInner::default());
         hub
@@ -432,6 +436,7 @@ impl Hub {
     }
 
     fn set_gauges(&self, inner: &HubInner) {
+        self.connected.send_replace(inner.clients.len());
         self.stats.set_gauge("clients", inner.clients.len() as f64);
         self.stats
             .set_gauge("lagged_clients", inner.lagged_clients as f64);
@@ -554,13 +559,45 @@ impl Hub {
         for c in &inner.clients {
             c.close();
         }
-        self.closed.send_replace(true);
     }
 
-    /// Resolves once [`Hub::close`] was called.
-    pub async fn wait_closed(&self) {
-        let mut rx = self.closed.subscribe();
-        let _ = rx.wait_for(|closed| *closed).await;
+    /// Resolves once every client has left (after [`Hub::close`], once each has taken
+    /// what was queued for it).
+    pub async fn wait_no_clients(&self) {
+        let mut rx = self.connected.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// The drain deadline passed: every client still connected is counted and logged with
+    /// the frames it did not take, and its connection is dropped. Returns those frames,
+    /// all clients together.
+    pub fn abandon(&self, sidecar: &str) -> u64 {
+        let inner = self.lock();
+        let mut total = 0;
+        for c in &inner.clients {
+            let left = c.lock().queue.len() as u64;
+            tracing::warn!(
+                sidecar,
+                client = c.id,
+                undelivered = left,
+                "the shutdown deadline passed before the client took every frame queued for it"
+            );
+            total += left;
+        }
+        drop(inner);
+        if total > 0 {
+            let dropped = self.client_dropped.fetch_add(total, Ordering::Relaxed) + total;
+            self.stats
+                .set_gauge("client_frames_dropped", dropped as f64);
+        }
+        self.abandoned.send_replace(true);
+        total
+    }
+
+    /// Resolves once [`Hub::abandon`] was called: the connection must end now.
+    pub async fn wait_abandoned(&self) {
+        let mut rx = self.abandoned.subscribe();
+        let _ = rx.wait_for(|gone| *gone).await;
     }
 }
 

@@ -54,7 +54,9 @@ pub use tap::{DEFAULT_TAP_URL, TapError, tap, tap_to};
 /// The output type name in configs.
 pub const TYPE_NAME: &str = "sidecar";
 
-/// How long a stopping sidecar lets its clients receive what is queued for them.
+/// How long a sidecar whose graph ended on its own lets its clients receive what is
+/// queued for them (on a shutdown, `[runtime] shutdown_timeout_ms` decides), and how long
+/// its server gets to close.
 pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// The `sidecar` output: it talks both ways (what UIs send comes out of `NAME.inbound`),
@@ -169,7 +171,20 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
         }
     };
     announce(&name, None);
+    // Every client gets what is queued for it, then a close (1001) or the end of its
+    // stream, until the drain deadline; what a client could not take by then is counted
+    // and logged.
     hub.close();
+    let deadline = cx
+        .shutdown()
+        .deadline()
+        .unwrap_or_else(|| tokio::time::Instant::now() + CLOSE_GRACE);
+    if tokio::time::timeout_at(deadline, hub.wait_no_clients())
+        .await
+        .is_err()
+    {
+        hub.abandon(&name);
+    }
     let _ = stop_tx.send(true);
     if !server.is_finished()
         && tokio::time::timeout(CLOSE_GRACE, &mut server)
