@@ -303,6 +303,16 @@ impl OutputContext {
         Some(s)
     }
 
+    /// Waits for the next signals and takes every one waiting, up to `max`, into `into`
+    /// (one wake-up for a burst; nothing waits to fill a batch). `false` when the graph
+    /// has ended and the queue is empty.
+    pub async fn next_batch(&self, max: usize, into: &mut Vec<SharedSignal>) -> bool {
+        let before = into.len();
+        let got = self.queue.pop_batch(max, into).await;
+        ComponentStats::add(&self.stats.received, (into.len() - before) as u64);
+        got
+    }
+
     /// Counts a delivered signal.
     pub fn delivered(&self, n: u64) {
         ComponentStats::add(&self.stats.sent, n);

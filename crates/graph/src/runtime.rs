@@ -16,8 +16,12 @@ use tokio::task::JoinSet;
 use crate::compile::{Graph, NodeKind};
 use crate::component::{Deadline, Event, OutputContext, Shutdown, SourceContext};
 use crate::engine::Engine;
-use crate::queue::{Pushed, SignalQueue};
+use crate::queue::SignalQueue;
 use crate::telemetry::{ComponentStats, HealthState, Role, Telemetry};
+
+/// At most this many events are taken from the sources at once (a batch never waits to
+/// fill: it is whatever is ready).
+const ENGINE_BATCH: usize = 256;
 
 /// How long outputs still running at the shutdown deadline get to report what they could
 /// not deliver before they are stopped.
@@ -154,6 +158,7 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
     drop(tx);
 
     let mut pending: Vec<(usize, SharedSignal)> = Vec::new();
+    let mut events: Vec<Event> = Vec::with_capacity(ENGINE_BATCH);
 
     let stop = std::pin::pin!(stop);
     let mut stop = stop;
@@ -180,19 +185,30 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
                 }
             };
             tokio::select! {
-                event = rx.recv() => match event {
-                    Some(Event::Signal(node, signal)) => {
-                        engine.push(node, signal, now_ms(), &mut |o, s| pending.push((o, s)));
+                // Everything the sources have queued, at once (bounded): one wake-up and
+                // one hand-over to each output for a burst.
+                n = rx.recv_many(&mut events, ENGINE_BATCH) => {
+                    if n == 0 {
+                        break;
                     }
-                    Some(Event::Ended(node)) => {
-                        engine.end(node, now_ms(), &mut |o, s| pending.push((o, s)));
-                        sources_left = sources_left.saturating_sub(1);
-                        if sources_left == 0 && (finite || stopping.is_some()) {
-                            deliver(&mut pending, &queues, &stats).await;
-                            break;
+                    let now = now_ms();
+                    let mut finished = false;
+                    for event in events.drain(..) {
+                        match event {
+                            Event::Signal(node, signal) => {
+                                engine.push(node, signal, now, &mut |o, s| pending.push((o, s)));
+                            }
+                            Event::Ended(node) => {
+                                engine.end(node, now, &mut |o, s| pending.push((o, s)));
+                                sources_left = sources_left.saturating_sub(1);
+                                finished |= sources_left == 0 && (finite || stopping.is_some());
+                            }
                         }
                     }
-                    None => break,
+                    if finished {
+                        deliver(&mut pending, &queues, &stats).await;
+                        break;
+                    }
                 },
                 () = timer => engine.fire_wall_timers(now_ms(), &mut |o, s| pending.push((o, s))),
                 () = &mut stop, if stopping.is_none() => {
@@ -278,19 +294,28 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
 }
 
 /// Pushes what reached outputs into their queues, in order, counting what their overflow
-/// decision drops.
+/// decision drops: each output gets its signals of the batch in one hand-over.
 async fn deliver(
     items: &mut Vec<(usize, SharedSignal)>,
     queues: &[Option<Arc<SignalQueue>>],
     stats: &[Arc<ComponentStats>],
 ) {
-    for (node, signal) in items.drain(..) {
-        let Some(q) = &queues[node] else { continue };
-        match q.push(signal).await {
-            Pushed::Queued => {}
-            Pushed::DroppedOldest(_) | Pushed::DroppedNewest | Pushed::Closed => {
-                ComponentStats::add(&stats[node].dropped, 1)
+    while let Some(&(node, _)) = items.first() {
+        // This output's signals, in order; the others' keep theirs for the next round.
+        let mut mine = Vec::with_capacity(items.len());
+        let mut others = Vec::new();
+        for (n, s) in items.drain(..) {
+            if n == node {
+                mine.push(s);
+            } else {
+                others.push((n, s));
             }
+        }
+        *items = others;
+        let Some(q) = &queues[node] else { continue };
+        let lost = q.push_all(mine).await;
+        if lost > 0 {
+            ComponentStats::add(&stats[node].dropped, lost);
         }
     }
 }

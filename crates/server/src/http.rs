@@ -28,7 +28,7 @@ use crate::hub::{
 use crate::inbound::{body_to_signals, ui_frame_to_signal};
 
 /// At most this many frames are written before a flush.
-const WRITE_BATCH: usize = 64;
+const WRITE_BATCH: usize = 256;
 
 /// The close code a lagging client of a lossless sidecar gets (Try Again Later): it
 /// resumes with `?since=` from the reason.
@@ -318,6 +318,7 @@ async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay:
     let (mut tx, mut rx) = socket.split();
     let format = sub.client.format;
     let mut normalizer = Normalizer::new(state.source_name());
+    let mut ready = Vec::with_capacity(WRITE_BATCH);
     if let Some((from, to)) = replay.gap
         && tx.feed(Message::Text(gap_text(from, to))).await.is_err()
     {
@@ -338,19 +339,17 @@ async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay:
         tokio::select! {
             out = sub.client.pop() => match out {
                 Some(out) => {
-                    let mut batch = Some(out);
-                    let mut fed = 0;
+                    // Every frame ready, written and then flushed once.
+                    ready.push(out);
+                    sub.client.take_ready(WRITE_BATCH, &mut ready);
                     let mut cut = None;
-                    while let Some(out) = batch {
+                    for out in ready.drain(..) {
                         if tx.feed(Message::Text(out.text(format))).await.is_err() {
                             return;
                         }
                         if let Outgoing::Cut(resume_from) = out {
                             cut = Some(resume_from);
-                            break;
                         }
-                        fed += 1;
-                        batch = if fed < WRITE_BATCH { sub.client.try_pop() } else { None };
                     }
                     if tx.flush().await.is_err() {
                         break;

@@ -261,8 +261,8 @@ struct ClientState {
 /// What queueing a frame for a client did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Pushed {
-    /// The client's oldest frame was dropped.
-    dropped: bool,
+    /// How many of the client's oldest frames were dropped.
+    dropped: u64,
     /// The client lagged for the first time.
     newly_lagged: bool,
     /// The client was cut off (it takes nothing more).
@@ -274,39 +274,46 @@ impl Client {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues a frame if the client's filter takes it. When the queue is full, a lossless
-    /// hub cuts the client off; otherwise its oldest frame is dropped.
-    fn push(&self, frame: &Arc<Frame>, lossless: bool) -> Pushed {
-        if !self.filter.matches(&frame.signal.kind) {
-            return Pushed::default();
-        }
-        let mut st = self.lock();
-        if st.cut.is_some() {
-            return Pushed::default();
-        }
+    /// Queues frames the client's filter takes, in order, under one lock and with one
+    /// wake-up. When the queue is full, a lossless hub cuts the client off; otherwise its
+    /// oldest frame is dropped.
+    fn push_all(&self, frames: &[Arc<Frame>], lossless: bool) -> Pushed {
         let mut pushed = Pushed::default();
-        if st.queue.len() >= self.capacity {
-            pushed.newly_lagged = !st.lagged_ever;
-            st.lagged_ever = true;
-            if lossless {
-                // Everything before this frame is queued (or sent): resume right before it.
-                st.cut = Some(frame.seq.saturating_sub(1));
-                st.closed = true;
-                pushed.cut = true;
-                drop(st);
-                self.notify.notify_one();
-                return pushed;
+        let mut queued = false;
+        let mut st = self.lock();
+        for frame in frames {
+            if st.cut.is_some() {
+                break;
             }
-            if let Some(oldest) = st.queue.pop_front() {
-                pushed.dropped = true;
-                if st.lag.is_none() {
-                    st.lag = Some(oldest.seq.saturating_sub(1));
+            if !self.filter.matches(&frame.signal.kind) {
+                continue;
+            }
+            if st.queue.len() >= self.capacity {
+                pushed.newly_lagged |= !st.lagged_ever;
+                st.lagged_ever = true;
+                if lossless {
+                    // Everything before this frame is queued (or sent): resume right
+                    // before it.
+                    st.cut = Some(frame.seq.saturating_sub(1));
+                    st.closed = true;
+                    pushed.cut = true;
+                    queued = true;
+                    break;
+                }
+                if let Some(oldest) = st.queue.pop_front() {
+                    pushed.dropped += 1;
+                    if st.lag.is_none() {
+                        st.lag = Some(oldest.seq.saturating_sub(1));
+                    }
                 }
             }
+            st.queue.push_back(Arc::clone(frame));
+            queued = true;
         }
-        st.queue.push_back(Arc::clone(frame));
         drop(st);
-        self.notify.notify_one();
+        if queued {
+            self.notify.notify_one();
+        }
         pushed
     }
 
@@ -315,7 +322,24 @@ impl Client {
         self.notify.notify_one();
     }
 
-    /// The next frame or notice if one is waiting (for batching writes).
+    /// Takes every waiting frame and notice, up to `max`, into `into` under one lock (a
+    /// writer then writes them all and flushes once).
+    pub fn take_ready(&self, max: usize, into: &mut Vec<Outgoing>) {
+        let mut st = self.lock();
+        if let Some(n) = st.lag.take() {
+            into.push(Outgoing::Lagged(n));
+        }
+        let n = st.queue.len().min(max.saturating_sub(into.len()));
+        into.extend(st.queue.drain(..n).map(Outgoing::Frame));
+        if st.queue.is_empty()
+            && let Some(n) = st.cut.take()
+        {
+            into.push(Outgoing::Cut(n));
+        }
+    }
+
+    /// The next frame or notice if one is waiting.
+    #[cfg(test)]
     pub fn try_pop(&self) -> Option<Outgoing> {
         let mut st = self.lock();
         if let Some(n) = st.lag.take() {
@@ -443,22 +467,32 @@ impl Hub {
     }
 
     /// Publishes a numbered signal: into the ring and every client's queue.
+    #[cfg(test)]
     pub fn publish(&self, frame: Frame) {
-        let frame = Arc::new(frame);
+        self.publish_all(std::iter::once(frame));
+    }
+
+    /// Publishes numbered signals, in order: into the ring and every client's queue, with
+    /// one lock of the hub and one of each client for the whole batch.
+    pub fn publish_all(&self, frames: impl IntoIterator<Item = Frame>) {
+        let frames: Vec<Arc<Frame>> = frames.into_iter().map(Arc::new).collect();
+        let Some(last) = frames.last() else { return };
         let mut inner = self.lock();
         if self.ring > 0 {
-            if inner.ring.len() >= self.ring {
-                inner.ring.pop_front();
+            for frame in frames.iter().skip(frames.len().saturating_sub(self.ring)) {
+                if inner.ring.len() >= self.ring {
+                    inner.ring.pop_front();
+                }
+                inner.ring.push_back(Arc::clone(frame));
             }
-            inner.ring.push_back(Arc::clone(&frame));
         }
-        inner.published = frame.seq;
+        inner.published = last.seq;
         let mut newly_lagged = 0;
         let mut dropped = 0;
         let mut cut = 0;
         for c in &inner.clients {
-            let pushed = c.push(&frame, self.lossless);
-            dropped += u64::from(pushed.dropped);
+            let pushed = c.push_all(&frames, self.lossless);
+            dropped += pushed.dropped;
             newly_lagged += usize::from(pushed.newly_lagged);
             cut += u64::from(pushed.cut);
         }

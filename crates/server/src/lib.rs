@@ -54,6 +54,9 @@ pub use tap::{DEFAULT_TAP_URL, TapError, tap, tap_to};
 /// The output type name in configs.
 pub const TYPE_NAME: &str = "sidecar";
 
+/// At most this many signals are taken from the output's queue and published at once.
+const PUBLISH_BATCH: usize = 256;
+
 /// How long a sidecar whose graph ended on its own lets its clients receive what is
 /// queued for them (on a shutdown, `[runtime] shutdown_timeout_ms` decides), and how long
 /// its server gets to close.
@@ -150,15 +153,22 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
     announce(&name, Some(local));
 
     let mut seq = 0u64;
+    let mut batch = Vec::with_capacity(PUBLISH_BATCH);
     let result = loop {
         tokio::select! {
-            signal = cx.next() => match signal {
-                Some(signal) => {
-                    seq += 1;
-                    hub.publish(hub::Frame::new(seq, signal));
-                    cx.delivered(1);
+            more = cx.next_batch(PUBLISH_BATCH, &mut batch) => {
+                if !more {
+                    break Ok(());
                 }
-                None => break Ok(()),
+                // Everything ready, numbered and serialized once, then handed to every
+                // client in one go.
+                let n = batch.len() as u64;
+                let frames = batch.drain(..).map(|signal| {
+                    seq += 1;
+                    hub::Frame::new(seq, signal)
+                });
+                hub.publish_all(frames);
+                cx.delivered(n);
             },
             ended = &mut server => {
                 // The server only ends on its own when accepting fails for good.
