@@ -5,8 +5,13 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--rounds K]
+//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--rounds K] [--senders 4]
 //! ```
+//!
+//! The generator must not be the bottleneck: at full speed the signals are serialized
+//! before the clock starts and sent by `--senders` connections at once, each writing a
+//! batch of frames before one flush. patchbay runs `ui.inbound → when → sidecar`, lossless
+//! (`when_full = "block"`).
 //!
 //! For each target and subscriber count it reports the delivered frames per second at full
 //! speed, the end-to-end latency percentiles (p50, p99, p999) at `--rate` signals per
@@ -35,6 +40,9 @@ struct Options {
     patchbay: String,
     /// Runs of each measurement; the table shows each figure's median over them.
     rounds: usize,
+    /// Sender connections for the throughput run (each sends its share, pre-serialized,
+    /// in batched writes), so that the generator is not the bottleneck.
+    senders: usize,
 }
 
 fn options() -> Options {
@@ -45,6 +53,7 @@ fn options() -> Options {
         via_post: false,
         patchbay: "target/release/patchbay".into(),
         rounds: 1,
+        senders: 4,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -62,6 +71,7 @@ fn options() -> Options {
             "--via" => o.via_post = value == "post",
             "--patchbay" => o.patchbay = value,
             "--rounds" => o.rounds = value.parse::<usize>().expect("--rounds N").max(1),
+            "--senders" => o.senders = value.parse::<usize>().expect("--senders N").max(1),
             other => panic!("unknown argument {other}"),
         }
         i += 2;
@@ -69,47 +79,73 @@ fn options() -> Options {
     o
 }
 
-/// The floor: a WebSocket relay with a broadcast channel and no serialization work.
+/// The floor: a WebSocket relay with a broadcast channel and no serialization work. A
+/// client whose URL asks for `types=loadgen.none` is a publisher and receives nothing (as
+/// with patchbay); each subscriber's writer writes every frame ready and flushes once.
 async fn relay(port: u16) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    let (tx, _) = broadcast::channel::<(u64, Arc<str>)>(65536);
-    let mut next_id = 0u64;
+    let (tx, _) = broadcast::channel::<Arc<str>>(65536);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         // As patchbay's sidecar does: no Nagle delay on small frames.
         let _ = stream.set_nodelay(true);
-        next_id += 1;
-        let id = next_id;
         let tx = tx.clone();
         tokio::spawn(async move {
-            let Ok(ws) = tokio_tungstenite::accept_async(stream).await else {
+            let mut publisher = false;
+            // The handshake callback's error type is tungstenite's, not ours to shrink.
+            #[allow(clippy::result_large_err)]
+            let callback = |req: &tokio_tungstenite::tungstenite::handshake::server::Request,
+                            resp| {
+                publisher = req
+                    .uri()
+                    .query()
+                    .is_some_and(|q| q.contains("types=loadgen.none"));
+                Ok(resp)
+            };
+            let Ok(ws) = tokio_tungstenite::accept_hdr_async(stream, callback).await else {
                 return;
             };
             let (mut sink, mut stream) = ws.split();
-            let mut rx = tx.subscribe();
-            let forward = tokio::spawn(async move {
-                loop {
-                    match rx.recv().await {
-                        Ok((from, text)) if from != id => {
-                            if sink.send(Message::text(&*text)).await.is_err() {
-                                return;
+            let forward = (!publisher).then(|| {
+                let mut rx = tx.subscribe();
+                tokio::spawn(async move {
+                    loop {
+                        let first = match rx.recv().await {
+                            Ok(text) => text,
+                            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(_) => return,
+                        };
+                        if sink.feed(Message::text(&*first)).await.is_err() {
+                            return;
+                        }
+                        for _ in 0..255 {
+                            match rx.try_recv() {
+                                Ok(text) => {
+                                    if sink.feed(Message::text(&*text)).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                Err(_) => break,
                             }
                         }
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(_) => return,
+                        if sink.flush().await.is_err() {
+                            return;
+                        }
                     }
-                }
+                })
             });
             while let Some(Ok(msg)) = stream.next().await {
                 if let Message::Text(t) = msg {
-                    let _ = tx.send((id, Arc::from(t.as_str())));
+                    let _ = tx.send(Arc::from(t.as_str()));
                 }
             }
-            forward.abort();
+            if let Some(f) = forward {
+                f.abort();
+            }
         });
     }
 }
@@ -137,7 +173,7 @@ impl Server {
         std::fs::write(
             &config,
             format!(
-                "[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"ui.inbound\"]\nwhen_full = \"block\"\nlisten = \"127.0.0.1:{port}\"\nclient_queue = 65536\nmax_frame = 1048576\n\n[runtime]\nqueue = 4096\n"
+                "[filters.deltas]\ntype = \"when\"\ninputs = [\"ui.inbound\"]\nwhen = {{ type = \"text_delta\" }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"deltas\"]\nwhen_full = \"block\"\nlisten = \"127.0.0.1:{port}\"\nclient_queue = 65536\nmax_frame = 1048576\n\n[runtime]\nqueue = 4096\n"
             ),
         )
         .unwrap();
@@ -257,8 +293,17 @@ fn signal(i: usize) -> String {
     )
 }
 
-/// Sends `n` signals, paced at `rate` per second when given.
-async fn publish(port: u16, n: usize, rate: Option<u64>, via_post: bool) {
+/// Sends `n` signals, paced at `rate` per second when given (on one connection, each
+/// stamped when sent). At full speed the signals are serialized beforehand and sent by
+/// `senders` connections at once, each writing every frame of a batch before one flush.
+async fn publish(
+    port: u16,
+    n: usize,
+    rate: Option<u64>,
+    via_post: bool,
+    senders: usize,
+) -> Sending {
+    let started = Instant::now();
     let mut pace = rate.map(|r| tokio::time::interval(Duration::from_nanos(1_000_000_000 / r)));
     if via_post {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
@@ -290,25 +335,80 @@ async fn publish(port: u16, n: usize, rate: Option<u64>, via_post: bool) {
             let mut body = vec![0; len];
             reader.read_exact(&mut body).await.unwrap();
         }
-    } else {
-        // `types` with no match: the publisher gets nothing back from patchbay.
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(
-            format!("ws://127.0.0.1:{port}/ws?types=loadgen.none"),
-            None,
-            true,
-        )
-        .await
-        .unwrap();
+        return Sending::done(started);
+    }
+    // `types` with no match: the publishers get nothing back.
+    let url = format!("ws://127.0.0.1:{port}/ws?types=loadgen.none");
+    if let Some(mut pace) = pace {
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(&url, None, true)
+            .await
+            .unwrap();
         let (mut sink, _stream) = ws.split();
         for i in 0..n {
-            if let Some(p) = pace.as_mut() {
-                p.tick().await;
-            }
+            pace.tick().await;
             sink.send(Message::text(signal(i))).await.unwrap();
         }
-        sink.flush().await.unwrap();
-        // Keep the connection open until the subscribers are done.
         tokio::time::sleep(Duration::from_millis(200)).await;
+        return Sending::done(started);
+    }
+    let senders = senders.clamp(1, n.max(1));
+    let mut connections = Vec::new();
+    for k in 0..senders {
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(&url, None, true)
+            .await
+            .unwrap();
+        // Serialized before the clock starts: the generator only writes.
+        let frames: Vec<Message> = (k..n)
+            .step_by(senders)
+            .map(|i| Message::text(signal(i)))
+            .collect();
+        connections.push((ws, frames));
+    }
+    let started = Instant::now();
+    let mut written = Vec::new();
+    let mut senders = Vec::new();
+    for (ws, frames) in connections {
+        let (done, wrote) = tokio::sync::oneshot::channel();
+        written.push(wrote);
+        senders.push(tokio::spawn(async move {
+            let (mut sink, stream) = ws.split();
+            for chunk in frames.chunks(256) {
+                for frame in chunk {
+                    sink.feed(frame.clone()).await.unwrap();
+                }
+                sink.flush().await.unwrap();
+            }
+            let _ = done.send(());
+            // The connection stays open until the subscribers are done (then aborted).
+            std::future::pending::<()>().await;
+            drop((sink, stream));
+        }));
+    }
+    for w in written {
+        let _ = w.await;
+    }
+    Sending { started, senders }
+}
+
+/// A run of sends: when it started, and the sender connections kept open until the
+/// subscribers are done.
+struct Sending {
+    started: Instant,
+    senders: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Sending {
+    fn done(started: Instant) -> Sending {
+        Sending {
+            started,
+            senders: Vec::new(),
+        }
+    }
+
+    fn close(self) {
+        for s in self.senders {
+            s.abort();
+        }
     }
 }
 
@@ -333,19 +433,20 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
     server.ready().await;
     // Throughput: everything at full speed.
     let handles = subscribe(server.port, subs, o.signals).await;
-    let start = Instant::now();
-    publish(
+    let sending = publish(
         server.port,
         o.signals,
         None,
         o.via_post && target == "patchbay",
+        o.senders,
     )
     .await;
     let mut delivered = 0usize;
     for h in handles {
         delivered += h.await.unwrap().len();
     }
-    let elapsed = start.elapsed().as_secs_f64();
+    let elapsed = sending.started.elapsed().as_secs_f64();
+    sending.close();
     // Latency: paced, a tenth of the signals (at least 2000).
     let paced = (o.signals / 10).max(2000);
     let handles = subscribe(server.port, subs, paced).await;
@@ -354,8 +455,10 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
         paced,
         Some(o.rate),
         o.via_post && target == "patchbay",
+        1,
     )
-    .await;
+    .await
+    .close();
     let mut latencies = Vec::new();
     for h in handles {
         latencies.extend(h.await.unwrap());
@@ -386,13 +489,14 @@ async fn main() {
     }
     let o = options();
     println!(
-        "{} signals, rate {}/s for latency, via {}",
+        "{} signals from {} sender connections, rate {}/s for latency, via {}",
         o.signals,
+        o.senders,
         o.rate,
         if o.via_post { "POST" } else { "WebSocket" }
     );
     println!(
-        "| target | subscribers | signals/s in | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB |"
+        "| target | subscribers | signals/s (each subscriber) | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for &subs in &o.subscribers {
@@ -407,6 +511,12 @@ async fn main() {
                 rows[i].push(measure(&server, target, subs, &o).await);
             }
         }
+        let throughput = |runs: &[Row]| {
+            let mut values: Vec<f64> = runs.iter().map(|r| r.throughput).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        let ratio = throughput(&rows[1]) / throughput(&rows[0]);
         for (target, runs) in ["relay", "patchbay"].into_iter().zip(rows) {
             let median = |f: fn(&Row) -> f64| {
                 let mut values: Vec<f64> = runs.iter().map(f).collect();
@@ -430,5 +540,6 @@ async fn main() {
                 median(|r| r.peak_mb),
             );
         }
+        println!("| patchbay / relay | {subs} | {ratio:.2}× | | | | | |");
     }
 }

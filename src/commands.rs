@@ -151,7 +151,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let report = runtime.block_on(patchbay_graph::runtime::run(graph, stop_signal()));
+    let stop = async {
+        stop_signal().await;
+        // The graph drains for at most `shutdown_timeout_ms`; a second signal exits at once.
+        tokio::spawn(async {
+            stop_signal().await;
+            tracing::warn!("second stop signal: exiting without draining");
+            std::process::exit(130);
+        });
+    };
+    let report = runtime.block_on(patchbay_graph::runtime::run(graph, stop));
     if !report.drained {
         tracing::warn!("shutdown timeout reached before every output drained");
     }

@@ -416,3 +416,98 @@ async fn default_pipeline_serves_stdin_and_posts_on_7878() {
     .unwrap();
     assert_eq!(lines, ["from.stdin", "posted"]);
 }
+
+/// SIGTERM while a client has read nothing yet: it still gets every frame queued for it,
+/// in order, then a close frame 1001, and patchbay exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_slow_client_take_everything_queued_then_closes_1001() {
+    const N: u64 = 2000;
+    const BATCH: u64 = 100;
+    let port = free_port();
+    let (_dir, config) = temp_file(
+        "shutdown.toml",
+        &format!(
+            "[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"ui.inbound\"]\nlisten = \"127.0.0.1:{port}\"\nclient_queue = 100000\nmax_frame = 4194304\n\n[runtime]\nshutdown_timeout_ms = 120000\n"
+        ),
+    );
+    let mut daemon = start(&["run", config.to_str().unwrap()], Stdio::null());
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    tokio::task::spawn_blocking(move || wait_ready(addr))
+        .await
+        .unwrap();
+
+    // A client with a tiny receive window that reads nothing until the signal.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stream = socket.connect(addr).await.unwrap();
+    let (mut slow, _) = tokio_tungstenite::client_async(
+        format!("ws://{addr}/ws"),
+        tokio_tungstenite::MaybeTlsStream::Plain(stream),
+    )
+    .await
+    .expect("handshake");
+
+    tokio::task::spawn_blocking(move || {
+        let pad = "p".repeat(8 * 1024);
+        for batch in 0..N / BATCH {
+            let body: Vec<Value> = (0..BATCH)
+                .map(|i| json!({"type": "load", "payload": {"i": batch * BATCH + i, "pad": pad}}))
+                .collect();
+            let (status, answer) = http(
+                addr,
+                "POST",
+                "/signal",
+                &[],
+                Value::Array(body).to_string().as_bytes(),
+            )
+            .expect("POST");
+            assert_eq!(status, 200, "{answer}");
+        }
+        // Every signal is in the client's queue (or its socket) once the sidecar sent it.
+        let guard = Instant::now();
+        loop {
+            let (_, health) = http(addr, "GET", "/health", &[], b"").expect("health");
+            let health: Value = serde_json::from_str(&health).expect("JSON");
+            let ui = health["components"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["name"] == "ui").cloned())
+                .expect("the sidecar's stats");
+            if ui["sent"] == N {
+                break;
+            }
+            assert!(guard.elapsed() < Duration::from_secs(60), "{ui}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap();
+
+    // SAFETY: signals the process this test started, by its pid.
+    unsafe {
+        libc::kill(daemon.child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let mut seqs = Vec::with_capacity(N as usize);
+    let close = loop {
+        let msg = tokio::time::timeout(Duration::from_secs(60), slow.next())
+            .await
+            .expect("a frame within the guard time");
+        match msg {
+            Some(Ok(Message::Text(t))) => {
+                let frame: Value = serde_json::from_str(&t).expect("JSON frame");
+                seqs.push(frame["metadata"]["seq"].as_u64().expect("seq"));
+            }
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(_)) => {}
+            other => panic!("the connection ended without a close frame: {other:?}"),
+        }
+    };
+    assert_eq!(
+        seqs,
+        (1..=N).collect::<Vec<_>>(),
+        "every queued frame, in order"
+    );
+    let close = close.expect("a close code");
+    assert_eq!(u16::from(close.code), 1001, "{close:?}");
+    let status = tokio::task::block_in_place(|| daemon.child.wait()).expect("exit status");
+    assert!(status.success(), "{status:?}");
+}

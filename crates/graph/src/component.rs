@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{SharedSignal, Signal};
@@ -46,21 +47,26 @@ pub(crate) enum Event {
     Ended(usize),
 }
 
-/// Tells components to stop.
+/// Tells components to stop, and by when the graph must have drained.
 #[derive(Debug, Clone)]
 pub struct Shutdown {
-    rx: watch::Receiver<bool>,
+    rx: watch::Receiver<Option<Deadline>>,
 }
 
+/// When a requested shutdown must be done: the instant, or never (the graph ends on its
+/// own and drains without a bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadline(pub(crate) Option<tokio::time::Instant>);
+
 impl Shutdown {
-    pub(crate) fn new() -> (watch::Sender<bool>, Shutdown) {
-        let (tx, rx) = watch::channel(false);
+    pub(crate) fn new() -> (watch::Sender<Option<Deadline>>, Shutdown) {
+        let (tx, rx) = watch::channel(None);
         (tx, Shutdown { rx })
     }
 
     /// A handle that never fires (for tests and one-shot tools).
     pub fn never() -> Shutdown {
-        let (tx, rx) = watch::channel(false);
+        let (tx, rx) = watch::channel(None);
         // Keep the sender alive forever so `wait` never resolves.
         std::mem::forget(tx);
         Shutdown { rx }
@@ -68,13 +74,21 @@ impl Shutdown {
 
     /// Whether shutdown has been requested.
     pub fn is_requested(&self) -> bool {
-        *self.rx.borrow()
+        self.rx.borrow().is_some()
+    }
+
+    /// By when the graph must have drained (`[runtime] shutdown_timeout_ms` after the stop
+    /// request): an output with clients of its own gives them until then to take what is
+    /// queued for them. `None` before shutdown is requested, or when the graph ends on its
+    /// own (then the drain has no bound).
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.rx.borrow().and_then(|d| d.0)
     }
 
     /// Resolves when shutdown is requested.
     pub async fn wait(&self) {
         let mut rx = self.rx.clone();
-        while !*rx.borrow_and_update() {
+        while rx.borrow_and_update().is_none() {
             if rx.changed().await.is_err() {
                 return;
             }
@@ -86,6 +100,26 @@ impl Shutdown {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the graph is shutting down")]
 pub struct Closed;
+
+/// Why a bounded emit did not hand a signal to the graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// The graph's inbound queue stayed full for the whole wait.
+    #[error("the graph stayed full")]
+    Full,
+    /// The graph is shutting down.
+    #[error("the graph is shutting down")]
+    Closed,
+}
+
+/// What [`SourceContext::emit_all_within`] did with a run of signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Emitted {
+    /// How many signals, from the first, the graph took.
+    pub accepted: usize,
+    /// Why the rest (if any) were refused.
+    pub refused: Option<Refused>,
+}
 
 /// What a running source gets: a way to emit signals, its counters and health, and the
 /// shutdown signal.
@@ -135,6 +169,64 @@ impl SourceContext {
             .map_err(|_| Closed)?;
         ComponentStats::add(&self.stats.sent, 1);
         Ok(())
+    }
+
+    /// Emits a signal, waiting at most `wait` for room in the graph's inbound queue: for
+    /// ingest that must answer its peer ("slow" and "stuck" are told apart). A refusal for
+    /// a full graph is counted (`refused`).
+    pub async fn emit_within(&self, signal: Signal, wait: Duration) -> Result<(), Refused> {
+        ComponentStats::add(&self.stats.received, 1);
+        let event = Event::Signal(self.node, Arc::new(signal));
+        let event = match self.tx.try_send(event) {
+            Ok(()) => {
+                ComponentStats::add(&self.stats.sent, 1);
+                return Ok(());
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(Refused::Closed),
+            Err(mpsc::error::TrySendError::Full(event)) => event,
+        };
+        match tokio::time::timeout(wait, self.tx.reserve()).await {
+            Ok(Ok(permit)) => {
+                permit.send(event);
+                ComponentStats::add(&self.stats.sent, 1);
+                Ok(())
+            }
+            Ok(Err(_)) => Err(Refused::Closed),
+            Err(_) => {
+                ComponentStats::add(&self.stats.refused, 1);
+                Err(Refused::Full)
+            }
+        }
+    }
+
+    /// Emits `signals` in order, each waiting at most `wait` for room
+    /// ([`emit_within`](SourceContext::emit_within)); at the first refusal the rest are
+    /// refused too (and counted), so that what was accepted is always a prefix.
+    pub async fn emit_all_within(
+        &self,
+        signals: impl IntoIterator<Item = Signal>,
+        wait: Duration,
+    ) -> Emitted {
+        let mut signals = signals.into_iter();
+        let mut accepted = 0;
+        while let Some(signal) = signals.next() {
+            if let Err(why) = self.emit_within(signal, wait).await {
+                let rest = signals.count() as u64;
+                ComponentStats::add(&self.stats.received, rest);
+                if why == Refused::Full {
+                    ComponentStats::add(&self.stats.refused, rest);
+                }
+                return Emitted {
+                    accepted,
+                    refused: Some(why),
+                };
+            }
+            accepted += 1;
+        }
+        Emitted {
+            accepted,
+            refused: None,
+        }
     }
 
     /// Emits without waiting, for producers that must never block (a MIDI callback):
@@ -209,6 +301,16 @@ impl OutputContext {
         let s = self.queue.pop().await?;
         ComponentStats::add(&self.stats.received, 1);
         Some(s)
+    }
+
+    /// Waits for the next signals and takes every one waiting, up to `max`, into `into`
+    /// (one wake-up for a burst; nothing waits to fill a batch). `false` when the graph
+    /// has ended and the queue is empty.
+    pub async fn next_batch(&self, max: usize, into: &mut Vec<SharedSignal>) -> bool {
+        let before = into.len();
+        let got = self.queue.pop_batch(max, into).await;
+        ComponentStats::add(&self.stats.received, (into.len() - before) as u64);
+        got
     }
 
     /// Counts a delivered signal.

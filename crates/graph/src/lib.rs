@@ -28,7 +28,8 @@ pub mod testing;
 
 pub use compile::{Graph, Node, NodeKind, compile, read_config_paths};
 pub use component::{
-    BoxFuture, ComponentError, Output, OutputContext, Shutdown, Source, SourceContext,
+    BoxFuture, ComponentError, Emitted, Output, OutputContext, Refused, Shutdown, Source,
+    SourceContext,
 };
 pub use config::{Diagnostic, Options, SourceText};
 pub use descriptor::{Adapter, ComponentType, Probe, Role, WrapRequest, options_of};

@@ -110,6 +110,75 @@ impl SignalQueue {
         }
     }
 
+    /// Pushes a batch in order, applying the policy to each signal when full (`Block`
+    /// waits for room): one lock and one wake-up for everything that fits. Returns how
+    /// many were dropped (by the policy, or because the queue is closed).
+    pub async fn push_all(&self, signals: impl IntoIterator<Item = SharedSignal>) -> u64 {
+        let mut signals = signals.into_iter().peekable();
+        let mut lost = 0;
+        loop {
+            let waiting = self.not_full.notified();
+            {
+                let mut items = self.lock();
+                if self.closed.load(Ordering::Acquire) {
+                    drop(items);
+                    return lost + signals.count() as u64;
+                }
+                let mut queued = false;
+                while signals.peek().is_some() {
+                    if items.len() < self.capacity {
+                        items.extend(signals.next());
+                        queued = true;
+                        continue;
+                    }
+                    match self.policy {
+                        WhenFull::DropNewest => {
+                            signals.next();
+                            lost += 1;
+                        }
+                        WhenFull::DropOldest => {
+                            items.pop_front();
+                            items.extend(signals.next());
+                            lost += 1;
+                            queued = true;
+                        }
+                        WhenFull::Block => break,
+                    }
+                }
+                drop(items);
+                if queued {
+                    self.not_empty.notify_one();
+                }
+                if signals.peek().is_none() {
+                    return lost;
+                }
+            }
+            waiting.await;
+        }
+    }
+
+    /// Waits for at least one signal and takes every waiting one, up to `max` (at least
+    /// 1), into `into`: one lock and one wake-up for a batch. `false` once closed and empty.
+    pub async fn pop_batch(&self, max: usize, into: &mut Vec<SharedSignal>) -> bool {
+        loop {
+            let waiting = self.not_empty.notified();
+            {
+                let mut items = self.lock();
+                let n = items.len().min(max.max(1));
+                if n > 0 {
+                    into.extend(items.drain(..n));
+                    drop(items);
+                    self.not_full.notify_one();
+                    return true;
+                }
+                if self.closed.load(Ordering::Acquire) {
+                    return false;
+                }
+            }
+            waiting.await;
+        }
+    }
+
     /// Takes the next signal, waiting for one; `None` once closed and empty.
     pub async fn pop(&self) -> Option<SharedSignal> {
         loop {
@@ -188,5 +257,29 @@ mod tests {
         assert_eq!(q.pop().await.unwrap().timestamp, 1);
         assert_eq!(pusher.await.unwrap(), Pushed::Queued);
         assert_eq!(q.pop().await.unwrap().timestamp, 2);
+    }
+
+    #[tokio::test]
+    async fn batches_keep_order_and_apply_the_policy_to_each_signal() {
+        let q = SignalQueue::new(3, WhenFull::DropOldest);
+        assert_eq!(q.push_all((1..=5).map(sig)).await, 2);
+        let mut got = Vec::new();
+        assert!(q.pop_batch(10, &mut got).await);
+        let got: Vec<i64> = got.iter().map(|s| s.timestamp).collect();
+        assert_eq!(got, [3, 4, 5]);
+
+        let q = Arc::new(SignalQueue::new(2, WhenFull::Block));
+        let q2 = Arc::clone(&q);
+        let pusher = tokio::spawn(async move { q2.push_all((1..=5).map(sig)).await });
+        let mut got = Vec::new();
+        while got.len() < 5 {
+            assert!(q.pop_batch(2, &mut got).await);
+        }
+        assert_eq!(pusher.await.unwrap(), 0, "block loses nothing");
+        let got: Vec<i64> = got.iter().map(|s| s.timestamp).collect();
+        assert_eq!(got, [1, 2, 3, 4, 5]);
+        q.close();
+        assert!(!q.pop_batch(2, &mut Vec::new()).await);
+        assert_eq!(q.push_all([sig(6)]).await, 1, "closed: counted as lost");
     }
 }

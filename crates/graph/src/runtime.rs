@@ -14,10 +14,18 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::compile::{Graph, NodeKind};
-use crate::component::{Event, OutputContext, Shutdown, SourceContext};
+use crate::component::{Deadline, Event, OutputContext, Shutdown, SourceContext};
 use crate::engine::Engine;
-use crate::queue::{Pushed, SignalQueue};
+use crate::queue::SignalQueue;
 use crate::telemetry::{ComponentStats, HealthState, Role, Telemetry};
+
+/// At most this many events are taken from the sources at once (a batch never waits to
+/// fill: it is whatever is ready).
+const ENGINE_BATCH: usize = 256;
+
+/// How long outputs still running at the shutdown deadline get to report what they could
+/// not deliver before they are stopped.
+const REPORT_GRACE: Duration = Duration::from_millis(250);
 
 /// How a run ended.
 #[derive(Debug)]
@@ -150,6 +158,7 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
     drop(tx);
 
     let mut pending: Vec<(usize, SharedSignal)> = Vec::new();
+    let mut events: Vec<Event> = Vec::with_capacity(ENGINE_BATCH);
 
     let stop = std::pin::pin!(stop);
     let mut stop = stop;
@@ -176,25 +185,37 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
                 }
             };
             tokio::select! {
-                event = rx.recv() => match event {
-                    Some(Event::Signal(node, signal)) => {
-                        engine.push(node, signal, now_ms(), &mut |o, s| pending.push((o, s)));
+                // Everything the sources have queued, at once (bounded): one wake-up and
+                // one hand-over to each output for a burst.
+                n = rx.recv_many(&mut events, ENGINE_BATCH) => {
+                    if n == 0 {
+                        break;
                     }
-                    Some(Event::Ended(node)) => {
-                        engine.end(node, now_ms(), &mut |o, s| pending.push((o, s)));
-                        sources_left = sources_left.saturating_sub(1);
-                        if sources_left == 0 && (finite || stopping.is_some()) {
-                            deliver(&mut pending, &queues, &stats).await;
-                            break;
+                    let now = now_ms();
+                    let mut finished = false;
+                    for event in events.drain(..) {
+                        match event {
+                            Event::Signal(node, signal) => {
+                                engine.push(node, signal, now, &mut |o, s| pending.push((o, s)));
+                            }
+                            Event::Ended(node) => {
+                                engine.end(node, now, &mut |o, s| pending.push((o, s)));
+                                sources_left = sources_left.saturating_sub(1);
+                                finished |= sources_left == 0 && (finite || stopping.is_some());
+                            }
                         }
                     }
-                    None => break,
+                    if finished {
+                        deliver(&mut pending, &queues, &stats).await;
+                        break;
+                    }
                 },
                 () = timer => engine.fire_wall_timers(now_ms(), &mut |o, s| pending.push((o, s))),
                 () = &mut stop, if stopping.is_none() => {
                     tracing::info!("shutting down: stopping sources, draining");
-                    let _ = shutdown_tx.send(true);
-                    stopping = Some(tokio::time::Instant::now() + timeout);
+                    let at = tokio::time::Instant::now() + timeout;
+                    let _ = shutdown_tx.send(Some(Deadline(Some(at))));
+                    stopping = Some(at);
                     if sources_left == 0 {
                         break;
                     }
@@ -211,12 +232,27 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
         }
     }
 
-    // Flush what filters hold, then let outputs drain.
-    let _ = shutdown_tx.send(true);
+    // What ingest acknowledged before the stop is still queued: it goes through too.
+    while let Ok(event) = rx.try_recv() {
+        match event {
+            Event::Signal(node, signal) => {
+                engine.push(node, signal, now_ms(), &mut |o, s| pending.push((o, s)))
+            }
+            Event::Ended(node) => engine.end(node, now_ms(), &mut |o, s| pending.push((o, s))),
+        }
+    }
+    // Flush what filters hold, then let outputs drain. A graph ending on its own drains
+    // without a bound.
+    shutdown_tx.send_if_modified(|state| {
+        let unset = state.is_none();
+        if unset {
+            *state = Some(Deadline(None));
+        }
+        unset
+    });
     engine.end_all(now_ms(), &mut |o, s| pending.push((o, s)));
-    let drain_deadline = tokio::time::Instant::now() + timeout;
     let flushed = match stopping {
-        Some(_) => tokio::time::timeout_at(drain_deadline, deliver(&mut pending, &queues, &stats))
+        Some(at) => tokio::time::timeout_at(at, deliver(&mut pending, &queues, &stats))
             .await
             .is_ok(),
         None => {
@@ -229,11 +265,17 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
     }
     sources.abort_all();
     let drained = match stopping {
-        Some(_) => tokio::time::timeout_at(drain_deadline, async {
-            while outputs.join_next().await.is_some() {}
-        })
-        .await
-        .is_ok(),
+        Some(at) => {
+            let all_ended = async { while outputs.join_next().await.is_some() {} };
+            let mut all_ended = std::pin::pin!(all_ended);
+            let in_time = tokio::time::timeout_at(at, &mut all_ended).await.is_ok();
+            // Outputs past the deadline get a moment to report what they could not
+            // deliver (they know the deadline) before they are stopped.
+            if !in_time {
+                let _ = tokio::time::timeout(REPORT_GRACE, &mut all_ended).await;
+            }
+            in_time
+        }
         None => {
             while outputs.join_next().await.is_some() {}
             true
@@ -252,19 +294,28 @@ pub async fn run(graph: Graph, stop: impl Future<Output = ()>) -> RunReport {
 }
 
 /// Pushes what reached outputs into their queues, in order, counting what their overflow
-/// decision drops.
+/// decision drops: each output gets its signals of the batch in one hand-over.
 async fn deliver(
     items: &mut Vec<(usize, SharedSignal)>,
     queues: &[Option<Arc<SignalQueue>>],
     stats: &[Arc<ComponentStats>],
 ) {
-    for (node, signal) in items.drain(..) {
-        let Some(q) = &queues[node] else { continue };
-        match q.push(signal).await {
-            Pushed::Queued => {}
-            Pushed::DroppedOldest(_) | Pushed::DroppedNewest | Pushed::Closed => {
-                ComponentStats::add(&stats[node].dropped, 1)
+    while let Some(&(node, _)) = items.first() {
+        // This output's signals, in order; the others' keep theirs for the next round.
+        let mut mine = Vec::with_capacity(items.len());
+        let mut others = Vec::new();
+        for (n, s) in items.drain(..) {
+            if n == node {
+                mine.push(s);
+            } else {
+                others.push((n, s));
             }
+        }
+        *items = others;
+        let Some(q) = &queues[node] else { continue };
+        let lost = q.push_all(mine).await;
+        if lost > 0 {
+            ComponentStats::add(&stats[node].dropped, lost);
         }
     }
 }

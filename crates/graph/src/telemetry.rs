@@ -55,6 +55,9 @@ pub struct ComponentStats {
     pub dropped: AtomicU64,
     /// Unusable input (malformed frames, bad lines, refused signals).
     pub bad_input: AtomicU64,
+    /// Signals refused at ingest: the graph stayed full past the ingest timeout, and the
+    /// sender was told so.
+    pub refused: AtomicU64,
     health: Mutex<Health>,
     gauges: Mutex<BTreeMap<String, f64>>,
 }
@@ -85,6 +88,8 @@ pub struct ComponentSnapshot {
     pub dropped: u64,
     /// Bad input.
     pub bad_input: u64,
+    /// Signals refused at ingest (the graph stayed full).
+    pub refused: u64,
     /// Component-specific gauges (`clients`, `lagged_clients`, …).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub gauges: BTreeMap<String, f64>,
@@ -101,6 +106,7 @@ impl ComponentStats {
             sent: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             bad_input: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             health: Mutex::new(Health {
                 state: HealthState::Starting,
                 detail: None,
@@ -180,6 +186,7 @@ impl ComponentStats {
             sent: self.sent.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             bad_input: self.bad_input.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
             gauges: self
                 .gauges
                 .lock()
@@ -228,7 +235,7 @@ impl Telemetry {
         let snaps = self.snapshot();
         let mut out = String::new();
         type Counter = (&'static str, &'static str, fn(&ComponentSnapshot) -> u64);
-        let counters: [Counter; 4] = [
+        let counters: [Counter; 5] = [
             (
                 "patchbay_received_total",
                 "Signals received by a component.",
@@ -248,6 +255,11 @@ impl Telemetry {
                 "patchbay_bad_input_total",
                 "Unusable inputs reported by a component.",
                 |s| s.bad_input,
+            ),
+            (
+                "patchbay_refused_total",
+                "Signals refused at ingest because the graph stayed full past the ingest timeout.",
+                |s| s.refused,
             ),
         ];
         for (metric, help, get) in counters {

@@ -19,7 +19,10 @@ pub struct SidecarConfig {
     /// How many signals are kept for `?since` replay.
     #[serde(default = "default_ring")]
     pub ring: usize,
-    /// How many frames each client may have waiting before its oldest are dropped.
+    /// How many frames each client may have waiting. When a client's queue is full, its
+    /// oldest frames are dropped (it gets a `lagged` notice); with `when_full = "block"`
+    /// nothing is dropped: the client is cut off (close 1013, after the frames queued for
+    /// it) and resumes with `?since=N` from the ring, told of any range the ring lost.
     #[serde(default = "default_client_queue")]
     pub client_queue: usize,
     /// Bearer token every endpoint but `/health` requires, if set.
@@ -33,6 +36,11 @@ pub struct SidecarConfig {
     /// Largest WebSocket message or POST body accepted, in bytes.
     #[serde(default = "default_max_frame")]
     pub max_frame: usize,
+    /// How long ingest (`POST /signal`, frames a UI sends on `/ws`) waits for room when the
+    /// graph is full before refusing the signal: `503` with `Retry-After` over HTTP, an
+    /// error frame naming the refused `id`s over WebSocket. Refusals are counted.
+    #[serde(default = "default_ingest_timeout_ms")]
+    pub ingest_timeout_ms: u64,
 }
 
 fn default_listen() -> String {
@@ -47,6 +55,9 @@ fn default_client_queue() -> usize {
 fn default_max_frame() -> usize {
     1 << 20
 }
+fn default_ingest_timeout_ms() -> u64 {
+    5000
+}
 
 impl Default for SidecarConfig {
     fn default() -> Self {
@@ -57,6 +68,7 @@ impl Default for SidecarConfig {
             token: None,
             allowed_origins: None,
             max_frame: default_max_frame(),
+            ingest_timeout_ms: default_ingest_timeout_ms(),
         }
     }
 }
@@ -78,6 +90,8 @@ pub struct Settings {
     pub allowed_origins: Option<Vec<String>>,
     /// Largest frame or body, in bytes.
     pub max_frame: usize,
+    /// How long ingest waits for room in a full graph before refusing.
+    pub ingest_timeout: std::time::Duration,
 }
 
 impl Settings {
@@ -137,6 +151,7 @@ impl Settings {
             token: config.token,
             allowed_origins: config.allowed_origins,
             max_frame: config.max_frame,
+            ingest_timeout: std::time::Duration::from_millis(config.ingest_timeout_ms),
         })
     }
 

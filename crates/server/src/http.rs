@@ -16,17 +16,27 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{SinkExt, StreamExt};
-use patchbay_graph::{ComponentStats, SourceContext, Telemetry};
+use patchbay_graph::{ComponentStats, Refused, SourceContext, Telemetry};
 use patchbay_signal::normalize::Normalizer;
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::config::{Secret, Settings};
-use crate::hub::{Format, Frame, Hub, Outgoing, Subscription, TypeFilter};
+use crate::hub::{
+    Format, Frame, Hub, Outgoing, Replay, Subscription, TypeFilter, cut_reason, gap_text,
+};
 use crate::inbound::{body_to_signals, ui_frame_to_signal};
 
 /// At most this many frames are written before a flush.
-const WRITE_BATCH: usize = 64;
+const WRITE_BATCH: usize = 256;
+
+/// The close code a lagging client of a lossless sidecar gets (Try Again Later): it
+/// resumes with `?since=` from the reason.
+const CUT_CLOSE_CODE: u16 = 1013;
+
+/// The close code every client gets when the sidecar stops (Going Away), after the frames
+/// queued for it.
+const GOING_AWAY: u16 = 1001;
 
 /// How often an idle SSE stream gets a comment, so proxies keep it open.
 const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
@@ -294,24 +304,28 @@ async fn ws_handler(
         .on_upgrade(move |socket| ws_client(state, socket, sub, replay))
 }
 
-async fn ws_client(state: Shared, socket: WebSocket, sub: Subscription, replay: Vec<Arc<Frame>>) {
+async fn ws_client(state: Shared, socket: WebSocket, sub: Subscription, replay: Replay) {
     let hub = Arc::clone(&state.hub);
-    // A client stalled in a send when the sidecar stops is dropped after a grace period.
+    // A client still taking its frames when the drain deadline passes is dropped (the
+    // sidecar counted what it did not take).
     tokio::select! {
         () = ws_session(state, socket, sub, replay) => {}
-        () = async {
-            hub.wait_closed().await;
-            tokio::time::sleep(crate::CLOSE_GRACE).await;
-        } => {}
+        () = hub.wait_abandoned() => {}
     }
 }
 
-async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay: Vec<Arc<Frame>>) {
+async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay: Replay) {
     let (mut tx, mut rx) = socket.split();
     let format = sub.client.format;
     let mut normalizer = Normalizer::new(state.source_name());
+    let mut ready = Vec::with_capacity(WRITE_BATCH);
+    if let Some((from, to)) = replay.gap
+        && tx.feed(Message::Text(gap_text(from, to))).await.is_err()
+    {
+        return;
+    }
     // Frames are fed in batches and flushed once: one write for a burst, not one each.
-    for chunk in replay.chunks(WRITE_BATCH) {
+    for chunk in replay.frames.chunks(WRITE_BATCH) {
         for frame in chunk {
             if tx.feed(Message::Text(frame.text(format))).await.is_err() {
                 return;
@@ -325,21 +339,40 @@ async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay:
         tokio::select! {
             out = sub.client.pop() => match out {
                 Some(out) => {
-                    let mut batch = Some(out);
-                    let mut fed = 0;
-                    while let Some(out) = batch {
+                    // Every frame ready, written and then flushed once.
+                    ready.push(out);
+                    sub.client.take_ready(WRITE_BATCH, &mut ready);
+                    let mut cut = None;
+                    for out in ready.drain(..) {
                         if tx.feed(Message::Text(out.text(format))).await.is_err() {
                             return;
                         }
-                        fed += 1;
-                        batch = if fed < WRITE_BATCH { sub.client.try_pop() } else { None };
+                        if let Outgoing::Cut(resume_from) = out {
+                            cut = Some(resume_from);
+                        }
                     }
                     if tx.flush().await.is_err() {
                         break;
                     }
+                    if let Some(resume_from) = cut {
+                        tracing::info!(sidecar = %state.name, resume_from, "a client lagged behind a lossless sidecar: cut off, it can resume from the ring");
+                        let _ = tx
+                            .send(Message::Close(Some(CloseFrame {
+                                code: CUT_CLOSE_CODE,
+                                reason: Utf8Bytes::from(cut_reason(resume_from)),
+                            })))
+                            .await;
+                        break;
+                    }
                 }
                 None => {
-                    let _ = tx.send(Message::Close(None)).await;
+                    // The sidecar stopped and this client has everything queued for it.
+                    let _ = tx
+                        .send(Message::Close(Some(CloseFrame {
+                            code: GOING_AWAY,
+                            reason: Utf8Bytes::from_static("patchbay is shutting down"),
+                        })))
+                        .await;
                     break;
                 }
             },
@@ -397,8 +430,18 @@ async fn handle_ui_text(
     match ui_frame_to_signal(normalizer, text) {
         Ok(signal) => match &state.inbound {
             Some(inbound) => {
-                if inbound.emit(signal).await.is_err() {
-                    refuse(state, "the graph is shutting down", tx).await?;
+                let id = signal.id.clone();
+                if let Err(why) = inbound
+                    .emit_within(signal, state.settings.ingest_timeout)
+                    .await
+                {
+                    let frame = json!({
+                        "kind": "error",
+                        "message": refusal_message(why),
+                        "refused": [id],
+                    });
+                    tx.send(Message::Text(Utf8Bytes::from(frame.to_string())))
+                        .await?;
                 }
                 Ok(())
             }
@@ -453,11 +496,18 @@ async fn sse_handler(
     else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the sidecar is stopping");
     };
+    let mut pending = VecDeque::new();
+    if let Some((from, to)) = replay.gap {
+        pending.push_back(Bytes::from_static(b"data: "));
+        pending.push_back(Bytes::from(gap_text(from, to)));
+        pending.push_back(Bytes::from_static(b"\n\n"));
+    }
     let stream = SseStream {
         sub,
-        replay: replay.into(),
+        replay: replay.frames.into(),
         format: params.format,
-        pending: VecDeque::new(),
+        pending,
+        ended: false,
     };
     let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
         let chunk = s.next_chunk().await?;
@@ -480,12 +530,17 @@ struct SseStream {
     replay: VecDeque<Arc<Frame>>,
     format: Format,
     pending: VecDeque<Bytes>,
+    /// Cut off (lossless sidecar): the stream ends once `pending` is sent.
+    ended: bool,
 }
 
 impl SseStream {
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(chunk) = self.pending.pop_front() {
             return Some(chunk);
+        }
+        if self.ended {
+            return None;
         }
         let out = match self.replay.pop_front() {
             Some(frame) => Outgoing::Frame(frame),
@@ -495,6 +550,9 @@ impl SseStream {
                 Err(_) => return Some(Bytes::from_static(b": keep-alive\n\n")),
             },
         };
+        // A cut-off client's stream ends after the notice: the browser reconnects with
+        // `Last-Event-ID` and resumes from the ring.
+        self.ended = matches!(out, Outgoing::Cut(_));
         let head = match out.seq() {
             Some(seq) => Bytes::from(format!("id: {seq}\ndata: ")),
             None => Bytes::from_static(b"data: "),
@@ -546,17 +604,45 @@ async fn post_signal(
             return error(StatusCode::BAD_REQUEST, bad.0);
         }
     };
-    let mut ids = Vec::with_capacity(signals.len());
-    for signal in signals {
-        ids.push(signal.id.clone());
-        if inbound.emit(signal).await.is_err() {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the graph is shutting down",
-            );
-        }
+    let total = signals.len();
+    let ids: Vec<String> = signals.iter().map(|s| s.id.clone()).collect();
+    let emitted = inbound
+        .emit_all_within(signals, state.settings.ingest_timeout)
+        .await;
+    if let Some(why) = emitted.refused {
+        let refused = total - emitted.accepted;
+        tracing::debug!(sidecar = %state.name, accepted = emitted.accepted, refused, "ingest refused: {why}");
+        let mut response = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({
+                "ok": false,
+                "error": refusal_message(why),
+                "accepted": emitted.accepted,
+                "refused": refused,
+                "ids": &ids[..emitted.accepted],
+            })),
+        )
+            .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, retry_after(&state.settings));
+        return response;
     }
     axum::Json(json!({"ok": true, "ids": ids, "clients": state.hub.client_count()})).into_response()
+}
+
+/// What a refused sender is told.
+fn refusal_message(why: Refused) -> &'static str {
+    match why {
+        Refused::Full => "the graph is full: signals refused, retry later",
+        Refused::Closed => "the graph is shutting down",
+    }
+}
+
+/// `Retry-After` for a refusal: the ingest timeout in whole seconds (at least 1).
+fn retry_after(settings: &Settings) -> HeaderValue {
+    let secs = settings.ingest_timeout.as_secs().max(1);
+    HeaderValue::from_str(&secs.to_string()).unwrap_or(HeaderValue::from_static("1"))
 }
 
 async fn health(State(state): State<Shared>) -> Response {

@@ -2,8 +2,14 @@
 //!
 //! The output task is the only publisher. Each signal is serialized once per wire format
 //! (the Escapement form only when a client first asks for it) and the bytes are shared by
-//! every client. A client's queue drops its own oldest frames when full and leaves it one
-//! `lagged` notice; publishing never waits for a client.
+//! every client. Publishing never waits for a client. When a client's queue is full:
+//!
+//! - by default (`drop_oldest`), it drops its own oldest frames and leaves the client one
+//!   `lagged` notice;
+//! - on a lossless sidecar (`when_full = "block"`), the client is cut off instead: it gets
+//!   every frame queued for it, a `lagged` notice and the end of its stream, and resumes
+//!   with `?since=N` from the ring, told of the exact range the ring no longer holds (a
+//!   `gap` notice). No frame is ever dropped silently, and the other clients go on.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -183,6 +189,15 @@ impl TypeFilter {
     }
 }
 
+/// The notice a resuming client gets when the ring no longer holds frames it asked for:
+/// the seqs `from..=to` are lost to it.
+pub fn gap_text(from: u64, to: u64) -> Utf8Bytes {
+    Utf8Bytes::from(format!(
+        "{{\"kind\":\"gap\",\"from\":{from},\"to\":{to},\"missed\":{}}}",
+        to - from + 1
+    ))
+}
+
 /// What a client's queue yields.
 #[derive(Debug, Clone)]
 pub enum Outgoing {
@@ -191,6 +206,10 @@ pub enum Outgoing {
     /// The client's queue overflowed: it can resume with `?since=N` without missing
     /// anything the ring still holds.
     Lagged(u64),
+    /// The client of a lossless sidecar fell behind and is cut off (everything queued for
+    /// it was yielded first): send a `lagged` notice with this `resume_from`, then end the
+    /// stream. Always the last item.
+    Cut(u64),
 }
 
 impl Outgoing {
@@ -198,7 +217,7 @@ impl Outgoing {
     pub fn text(&self, format: Format) -> Utf8Bytes {
         match self {
             Outgoing::Frame(f) => f.text(format),
-            Outgoing::Lagged(n) => lagged_text(*n),
+            Outgoing::Lagged(n) | Outgoing::Cut(n) => lagged_text(*n),
         }
     }
 
@@ -206,9 +225,14 @@ impl Outgoing {
     pub fn seq(&self) -> Option<u64> {
         match self {
             Outgoing::Frame(f) => Some(f.seq),
-            Outgoing::Lagged(_) => None,
+            Outgoing::Lagged(_) | Outgoing::Cut(_) => None,
         }
     }
+}
+
+/// The close reason a cut-off WebSocket client gets.
+pub fn cut_reason(resume_from: u64) -> String {
+    format!("lagged behind: reconnect with ?since={resume_from}")
 }
 
 /// One connected client (a WebSocket or an SSE stream).
@@ -230,6 +254,19 @@ struct ClientState {
     lag: Option<u64>,
     lagged_ever: bool,
     closed: bool,
+    /// Cut off (lossless sidecar): the seq to resume after, yielded once the queue is empty.
+    cut: Option<u64>,
+}
+
+/// What queueing a frame for a client did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Pushed {
+    /// How many of the client's oldest frames were dropped.
+    dropped: u64,
+    /// The client lagged for the first time.
+    newly_lagged: bool,
+    /// The client was cut off (it takes nothing more).
+    cut: bool,
 }
 
 impl Client {
@@ -237,28 +274,47 @@ impl Client {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues a frame if the client's filter takes it. Returns `(dropped, newly_lagged)`.
-    fn push(&self, frame: &Arc<Frame>) -> (bool, bool) {
-        if !self.filter.matches(&frame.signal.kind) {
-            return (false, false);
-        }
+    /// Queues frames the client's filter takes, in order, under one lock and with one
+    /// wake-up. When the queue is full, a lossless hub cuts the client off; otherwise its
+    /// oldest frame is dropped.
+    fn push_all(&self, frames: &[Arc<Frame>], lossless: bool) -> Pushed {
+        let mut pushed = Pushed::default();
+        let mut queued = false;
         let mut st = self.lock();
-        let mut dropped = false;
-        let mut newly = false;
-        if st.queue.len() >= self.capacity
-            && let Some(oldest) = st.queue.pop_front()
-        {
-            dropped = true;
-            if st.lag.is_none() {
-                st.lag = Some(oldest.seq.saturating_sub(1));
+        for frame in frames {
+            if st.cut.is_some() {
+                break;
             }
-            newly = !st.lagged_ever;
-            st.lagged_ever = true;
+            if !self.filter.matches(&frame.signal.kind) {
+                continue;
+            }
+            if st.queue.len() >= self.capacity {
+                pushed.newly_lagged |= !st.lagged_ever;
+                st.lagged_ever = true;
+                if lossless {
+                    // Everything before this frame is queued (or sent): resume right
+                    // before it.
+                    st.cut = Some(frame.seq.saturating_sub(1));
+                    st.closed = true;
+                    pushed.cut = true;
+                    queued = true;
+                    break;
+                }
+                if let Some(oldest) = st.queue.pop_front() {
+                    pushed.dropped += 1;
+                    if st.lag.is_none() {
+                        st.lag = Some(oldest.seq.saturating_sub(1));
+                    }
+                }
+            }
+            st.queue.push_back(Arc::clone(frame));
+            queued = true;
         }
-        st.queue.push_back(Arc::clone(frame));
         drop(st);
-        self.notify.notify_one();
-        (dropped, newly)
+        if queued {
+            self.notify.notify_one();
+        }
+        pushed
     }
 
     fn close(&self) {
@@ -266,13 +322,33 @@ impl Client {
         self.notify.notify_one();
     }
 
-    /// The next frame or notice if one is waiting (for batching writes).
+    /// Takes every waiting frame and notice, up to `max`, into `into` under one lock (a
+    /// writer then writes them all and flushes once).
+    pub fn take_ready(&self, max: usize, into: &mut Vec<Outgoing>) {
+        let mut st = self.lock();
+        if let Some(n) = st.lag.take() {
+            into.push(Outgoing::Lagged(n));
+        }
+        let n = st.queue.len().min(max.saturating_sub(into.len()));
+        into.extend(st.queue.drain(..n).map(Outgoing::Frame));
+        if st.queue.is_empty()
+            && let Some(n) = st.cut.take()
+        {
+            into.push(Outgoing::Cut(n));
+        }
+    }
+
+    /// The next frame or notice if one is waiting.
+    #[cfg(test)]
     pub fn try_pop(&self) -> Option<Outgoing> {
         let mut st = self.lock();
         if let Some(n) = st.lag.take() {
             return Some(Outgoing::Lagged(n));
         }
-        st.queue.pop_front().map(Outgoing::Frame)
+        match st.queue.pop_front() {
+            Some(f) => Some(Outgoing::Frame(f)),
+            None => st.cut.take().map(Outgoing::Cut),
+        }
     }
 
     /// The next frame or notice; `None` once the sidecar stopped and the queue is empty.
@@ -286,6 +362,9 @@ impl Client {
                 }
                 if let Some(f) = st.queue.pop_front() {
                     return Some(Outgoing::Frame(f));
+                }
+                if let Some(n) = st.cut.take() {
+                    return Some(Outgoing::Cut(n));
                 }
                 if st.closed {
                     return None;
@@ -303,19 +382,38 @@ pub struct Hub {
     inner: Mutex<HubInner>,
     ring: usize,
     client_queue: usize,
+    /// A full client queue cuts the client off instead of dropping (`when_full = "block"`).
+    lossless: bool,
     stats: Arc<ComponentStats>,
     /// Frames dropped from slow clients' queues, all clients together.
     client_dropped: AtomicU64,
-    closed: watch::Sender<bool>,
+    /// Clients cut off for lagging (lossless hub), all together.
+    clients_cut: AtomicU64,
+    /// Set when the drain deadline passed: the remaining connections are dropped.
+    abandoned: watch::Sender<bool>,
+    /// How many clients are connected (to wait for the last one to leave).
+    connected: watch::Sender<usize>,
 }
 
 #[derive(Debug, Default)]
 struct HubInner {
     ring: VecDeque<Arc<Frame>>,
+    /// The seq of the newest frame published (0 before the first).
+    published: u64,
     clients: Vec<Arc<Client>>,
     next_client: u64,
     lagged_clients: usize,
     closed: bool,
+}
+
+/// What a subscribing client gets before its live frames.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Seqs `from..=to` that the client asked for and the ring no longer holds (lossless
+    /// hub only): it gets a `gap` notice first.
+    pub gap: Option<(u64, u64)>,
+    /// The frames the ring holds after `since`, for the client's filter.
+    pub frames: Vec<Arc<Frame>>,
 }
 
 /// Unregisters its client when dropped (the connection ended).
@@ -334,15 +432,24 @@ impl Drop for Subscription {
 
 impl Hub {
     /// A hub keeping `ring` frames, with `client_queue` frames per client; its gauges go
-    /// to `stats`.
-    pub fn new(ring: usize, client_queue: usize, stats: Arc<ComponentStats>) -> Hub {
+    /// to `stats`. A `lossless` hub cuts off a client whose queue is full instead of
+    /// dropping its frames.
+    pub fn new(
+        ring: usize,
+        client_queue: usize,
+        lossless: bool,
+        stats: Arc<ComponentStats>,
+    ) -> Hub {
         let hub = Hub {
             inner: Mutex::new(HubInner::default()),
             ring,
             client_queue: client_queue.max(1),
+            lossless,
             stats,
             client_dropped: AtomicU64::new(0),
-            closed: watch::Sender::new(false),
+            clients_cut: AtomicU64::new(0),
+            abandoned: watch::Sender::new(false),
+            connected: watch::Sender::new(0),
         };
         hub.set_gauges(&HubInner::default());
         hub
@@ -353,39 +460,54 @@ impl Hub {
     }
 
     fn set_gauges(&self, inner: &HubInner) {
+        self.connected.send_replace(inner.clients.len());
         self.stats.set_gauge("clients", inner.clients.len() as f64);
         self.stats
             .set_gauge("lagged_clients", inner.lagged_clients as f64);
     }
 
     /// Publishes a numbered signal: into the ring and every client's queue.
+    #[cfg(test)]
     pub fn publish(&self, frame: Frame) {
-        let frame = Arc::new(frame);
+        self.publish_all(std::iter::once(frame));
+    }
+
+    /// Publishes numbered signals, in order: into the ring and every client's queue, with
+    /// one lock of the hub and one of each client for the whole batch.
+    pub fn publish_all(&self, frames: impl IntoIterator<Item = Frame>) {
+        let frames: Vec<Arc<Frame>> = frames.into_iter().map(Arc::new).collect();
+        let Some(last) = frames.last() else { return };
         let mut inner = self.lock();
         if self.ring > 0 {
-            if inner.ring.len() >= self.ring {
-                inner.ring.pop_front();
+            for frame in frames.iter().skip(frames.len().saturating_sub(self.ring)) {
+                if inner.ring.len() >= self.ring {
+                    inner.ring.pop_front();
+                }
+                inner.ring.push_back(Arc::clone(frame));
             }
-            inner.ring.push_back(Arc::clone(&frame));
         }
+        inner.published = last.seq;
         let mut newly_lagged = 0;
         let mut dropped = 0;
+        let mut cut = 0;
         for c in &inner.clients {
-            let (d, n) = c.push(&frame);
-            dropped += u64::from(d);
-            newly_lagged += usize::from(n);
+            let pushed = c.push_all(&frames, self.lossless);
+            dropped += pushed.dropped;
+            newly_lagged += usize::from(pushed.newly_lagged);
+            cut += u64::from(pushed.cut);
         }
         if dropped > 0 {
             self.client_dropped.fetch_add(dropped, Ordering::Relaxed);
         }
+        if cut > 0 {
+            let total = self.clients_cut.fetch_add(cut, Ordering::Relaxed) + cut;
+            self.stats.set_gauge("clients_cut", total as f64);
+        }
         if newly_lagged > 0 {
             inner.lagged_clients += newly_lagged;
             self.set_gauges(&inner);
-            self.stats.set_gauge(
-                "client_frames_dropped",
-                self.client_dropped.load(Ordering::Relaxed) as f64,
-            );
-        } else if dropped > 0 {
+        }
+        if dropped > 0 {
             self.stats.set_gauge(
                 "client_frames_dropped",
                 self.client_dropped.load(Ordering::Relaxed) as f64,
@@ -395,18 +517,26 @@ impl Hub {
 
     /// Registers a client and returns what the ring holds after `since` (for its filter).
     /// Both happen under one lock, so the replay and the live frames neither overlap nor
-    /// leave a gap. `None` when the sidecar has stopped.
+    /// leave a gap. On a lossless hub, the replay starts with a `gap` notice when the ring
+    /// no longer holds every frame after `since`. `None` when the sidecar has stopped.
     pub fn subscribe(
         self: &Arc<Self>,
         since: Option<u64>,
         format: Format,
         filter: TypeFilter,
-    ) -> Option<(Subscription, Vec<Arc<Frame>>)> {
+    ) -> Option<(Subscription, Replay)> {
         let mut inner = self.lock();
         if inner.closed {
             return None;
         }
-        let replay = match since {
+        let gap = match since {
+            Some(since) if self.lossless => {
+                let first_kept = inner.ring.front().map_or(inner.published + 1, |f| f.seq);
+                (since + 1 < first_kept).then(|| (since + 1, first_kept - 1))
+            }
+            _ => None,
+        };
+        let frames = match since {
             Some(since) => inner
                 .ring
                 .iter()
@@ -415,6 +545,7 @@ impl Hub {
                 .collect(),
             None => Vec::new(),
         };
+        let replay = Replay { gap, frames };
         inner.next_client += 1;
         let client = Arc::new(Client {
             id: inner.next_client,
@@ -462,13 +593,45 @@ impl Hub {
         for c in &inner.clients {
             c.close();
         }
-        self.closed.send_replace(true);
     }
 
-    /// Resolves once [`Hub::close`] was called.
-    pub async fn wait_closed(&self) {
-        let mut rx = self.closed.subscribe();
-        let _ = rx.wait_for(|closed| *closed).await;
+    /// Resolves once every client has left (after [`Hub::close`], once each has taken
+    /// what was queued for it).
+    pub async fn wait_no_clients(&self) {
+        let mut rx = self.connected.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// The drain deadline passed: every client still connected is counted and logged with
+    /// the frames it did not take, and its connection is dropped. Returns those frames,
+    /// all clients together.
+    pub fn abandon(&self, sidecar: &str) -> u64 {
+        let inner = self.lock();
+        let mut total = 0;
+        for c in &inner.clients {
+            let left = c.lock().queue.len() as u64;
+            tracing::warn!(
+                sidecar,
+                client = c.id,
+                undelivered = left,
+                "the shutdown deadline passed before the client took every frame queued for it"
+            );
+            total += left;
+        }
+        drop(inner);
+        if total > 0 {
+            let dropped = self.client_dropped.fetch_add(total, Ordering::Relaxed) + total;
+            self.stats
+                .set_gauge("client_frames_dropped", dropped as f64);
+        }
+        self.abandoned.send_replace(true);
+        total
+    }
+
+    /// Resolves once [`Hub::abandon`] was called: the connection must end now.
+    pub async fn wait_abandoned(&self) {
+        let mut rx = self.abandoned.subscribe();
+        let _ = rx.wait_for(|gone| *gone).await;
     }
 }
 
@@ -479,9 +642,14 @@ mod tests {
     use patchbay_signal::object;
 
     fn hub(ring: usize, queue: usize) -> Arc<Hub> {
+        hub_with(ring, queue, false)
+    }
+
+    fn hub_with(ring: usize, queue: usize, lossless: bool) -> Arc<Hub> {
         Arc::new(Hub::new(
             ring,
             queue,
+            lossless,
             Arc::new(ComponentStats::new("ui", "sidecar", Role::Output)),
         ))
     }
@@ -553,16 +721,65 @@ mod tests {
         let (_s, replay) = h
             .subscribe(Some(1), Format::Sajou, TypeFilter::default())
             .unwrap();
-        assert_eq!(replay.iter().map(|f| f.seq).collect::<Vec<_>>(), [3, 4, 5]);
+        assert_eq!(replay.gap, None, "not a lossless hub");
+        assert_eq!(
+            replay.frames.iter().map(|f| f.seq).collect::<Vec<_>>(),
+            [3, 4, 5]
+        );
         let (s2, replay) = h
             .subscribe(Some(3), Format::Sajou, TypeFilter::parse("odd"))
             .unwrap();
-        assert_eq!(replay.iter().map(|f| f.seq).collect::<Vec<_>>(), [5]);
+        assert_eq!(replay.frames.iter().map(|f| f.seq).collect::<Vec<_>>(), [5]);
         h.publish(Frame::new(6, sig("even")));
         h.publish(Frame::new(7, sig("odd")));
         assert_eq!(next_now(&s2.client).and_then(|o| o.seq()), Some(7));
         assert_eq!(h.client_count(), 2);
         drop(s2);
         assert_eq!(h.client_count(), 1);
+    }
+
+    #[test]
+    fn a_lossless_hub_cuts_a_full_client_after_its_queue_and_names_gaps() {
+        let h = hub_with(3, 2, true);
+        let (slow, _) = h
+            .subscribe(None, Format::Sajou, TypeFilter::default())
+            .unwrap();
+        let (fast, _) = h
+            .subscribe(None, Format::Sajou, TypeFilter::default())
+            .unwrap();
+        for seq in 1..=5 {
+            h.publish(Frame::new(seq, sig("a")));
+            while next_now(&fast.client).is_some() {}
+        }
+        let got: Vec<_> = std::iter::from_fn(|| next_now(&slow.client)).collect();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(
+            got[..2]
+                .iter()
+                .filter_map(Outgoing::seq)
+                .collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert!(matches!(got[2], Outgoing::Cut(2)), "{got:?}");
+        assert!(next_now(&slow.client).is_none());
+        assert_eq!(h.stats.snapshot().gauges["clients_cut"], 1.0);
+        // The ring holds 3..=5: resuming after 2 misses nothing, after 0 misses 1..=2.
+        let (_s, replay) = h
+            .subscribe(Some(2), Format::Sajou, TypeFilter::default())
+            .unwrap();
+        assert_eq!(replay.gap, None);
+        assert_eq!(replay.frames.len(), 3);
+        let (_s, replay) = h
+            .subscribe(Some(0), Format::Sajou, TypeFilter::default())
+            .unwrap();
+        assert_eq!(replay.gap, Some((1, 2)));
+        assert_eq!(
+            gap_text(1, 2).as_str(),
+            r#"{"kind":"gap","from":1,"to":2,"missed":2}"#
+        );
+        let (_s, replay) = h
+            .subscribe(Some(9), Format::Sajou, TypeFilter::default())
+            .unwrap();
+        assert_eq!((replay.gap, replay.frames.len()), (None, 0));
     }
 }

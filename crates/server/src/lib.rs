@@ -15,8 +15,12 @@
 //! Each signal the output accepts gets the next `seq` (from 1). A client whose queue
 //! (`client_queue`) overflows loses its oldest frames and gets one
 //! `{"kind":"lagged","resume_from":N}` frame first: reconnecting with `?since=N` loses
-//! nothing the ring still holds. The output's stats carry the gauges `clients`,
-//! `lagged_clients` (connected clients that have lagged), `client_frames_dropped` and
+//! nothing the ring still holds. On a lossless sidecar (`when_full = "block"`) such a
+//! client loses nothing silently: it gets what was queued for it, the `lagged` frame and a
+//! close (1013, the reason naming `?since=N`); reconnecting with `?since=N` replays the
+//! ring, preceded by `{"kind":"gap","from":A,"to":B,"missed":M}` if the ring no longer
+//! holds all of it. The output's stats carry the gauges `clients`, `lagged_clients`
+//! (connected clients that have lagged), `client_frames_dropped`, `clients_cut` and
 //! `port` (the bound port, useful with `listen = "127.0.0.1:0"`).
 //!
 //! [`tap()`] is the client side: it prints what a running sidecar sends.
@@ -50,7 +54,12 @@ pub use tap::{DEFAULT_TAP_URL, TapError, TapOptions, tap};
 /// The output type name in configs.
 pub const TYPE_NAME: &str = "sidecar";
 
-/// How long a stopping sidecar lets its clients receive what is queued for them.
+/// At most this many signals are taken from the output's queue and published at once.
+const PUBLISH_BATCH: usize = 256;
+
+/// How long a sidecar whose graph ended on its own lets its clients receive what is
+/// queued for them (on a shutdown, `[runtime] shutdown_timeout_ms` decides), and how long
+/// its server gets to close.
 pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// The `sidecar` output: it talks both ways (what UIs send comes out of `NAME.inbound`),
@@ -114,6 +123,7 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
     let hub = Arc::new(hub::Hub::new(
         settings.ring,
         settings.client_queue,
+        cx.queue().policy() == WhenFull::Block,
         Arc::clone(cx.stats()),
     ));
     let state = Arc::new(http::AppState {
@@ -144,15 +154,22 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
     announce(&name, Some(local));
 
     let mut seq = 0u64;
+    let mut batch = Vec::with_capacity(PUBLISH_BATCH);
     let result = loop {
         tokio::select! {
-            signal = cx.next() => match signal {
-                Some(signal) => {
-                    seq += 1;
-                    hub.publish(hub::Frame::new(seq, signal));
-                    cx.delivered(1);
+            more = cx.next_batch(PUBLISH_BATCH, &mut batch) => {
+                if !more {
+                    break Ok(());
                 }
-                None => break Ok(()),
+                // Everything ready, numbered and serialized once, then handed to every
+                // client in one go.
+                let n = batch.len() as u64;
+                let frames = batch.drain(..).map(|signal| {
+                    seq += 1;
+                    hub::Frame::new(seq, signal)
+                });
+                hub.publish_all(frames);
+                cx.delivered(n);
             },
             ended = &mut server => {
                 // The server only ends on its own when accepting fails for good.
@@ -165,7 +182,20 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
         }
     };
     announce(&name, None);
+    // Every client gets what is queued for it, then a close (1001) or the end of its
+    // stream, until the drain deadline; what a client could not take by then is counted
+    // and logged.
     hub.close();
+    let deadline = cx
+        .shutdown()
+        .deadline()
+        .unwrap_or_else(|| tokio::time::Instant::now() + CLOSE_GRACE);
+    if tokio::time::timeout_at(deadline, hub.wait_no_clients())
+        .await
+        .is_err()
+    {
+        hub.abandon(&name);
+    }
     let _ = stop_tx.send(true);
     if !server.is_finished()
         && tokio::time::timeout(CLOSE_GRACE, &mut server)

@@ -97,6 +97,18 @@ pub struct Server {
 /// Starts a graph: output `name` (a sidecar on 127.0.0.1:0 with `options`) reading
 /// `inputs`, plus `extra` TOML (sources).
 pub async fn start(name: &str, inputs: &[&str], options: &str, extra: &str) -> Server {
+    start_with(name, inputs, options, extra, |_| {}).await
+}
+
+/// [`start`], with more types registered by `register` (dropped with the registry once
+/// the config is compiled).
+pub async fn start_with(
+    name: &str,
+    inputs: &[&str],
+    options: &str,
+    extra: &str,
+    register: impl FnOnce(&mut Registry),
+) -> Server {
     let inputs: Vec<String> = inputs.iter().map(|i| format!("\"{i}\"")).collect();
     let text = format!(
         "{extra}\n[outputs.{name}]\ntype = \"sidecar\"\ninputs = [{}]\nlisten = \"127.0.0.1:0\"\n{options}\n",
@@ -105,10 +117,12 @@ pub async fn start(name: &str, inputs: &[&str], options: &str, extra: &str) -> S
     let mut registry = Registry::new();
     registry.adapter(&patchbay_server::ADAPTER);
     registry.source("count", build_count);
+    register(&mut registry);
     let graph = match compile(&[SourceText::new("test.toml", text)], &registry) {
         Ok(g) => g,
         Err(errors) => panic!("config: {errors:?}"),
     };
+    drop(registry);
     let graph = RunningGraph::spawn(graph);
     let addr = guard("the sidecar binds", patchbay_server::wait_bound(name)).await;
     Server {
