@@ -41,7 +41,7 @@ pub fn value_to_signal(normalizer: &mut Normalizer, value: Value) -> Result<Sign
             None => {}
         }
     }
-    // An object without `type` is a generic event (design: "sajou / generic JSON"); a
+    // An object without `type` is a generic event, as on every generic JSON source; a
     // `type` that is not a string is a mistake worth telling the sender about.
     if obj.get("type").is_some_and(|t| !t.is_string()) {
         let t = obj.remove("type").unwrap_or(Value::Null);

@@ -2,7 +2,7 @@
 //!
 //! Sidecar UIs (visualizers, agent TUIs, dashboards) connect and disconnect at will; some
 //! are slow, several watch at once, and the agent behind them never waits for them. One
-//! sidecar output runs one server (design section 5):
+//! sidecar output runs one server:
 //!
 //! - `GET /ws`: WebSocket, one JSON text frame per signal (`?format=escapement`,
 //!   `?since=N` replay, `?types=a,b*`); text frames a UI sends come back into the graph
