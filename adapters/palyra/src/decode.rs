@@ -55,7 +55,7 @@ use patchbay_signal::well_known::{self, AgentState};
 use patchbay_signal::{Object, Signal, now_ms};
 use serde_json::Value;
 
-use crate::acp::command_result_signal;
+use crate::envelope::{command_result_signal, str_field};
 use crate::realtime::RealtimeResume;
 
 /// Longest line (or frame) accepted, in bytes; longer lines are reported as bad input.
@@ -897,11 +897,6 @@ pub(crate) fn state_name(state: AgentState) -> &'static str {
         AgentState::Done => "done",
         AgentState::Error => "error",
     }
-}
-
-/// A string field of an object, owned.
-pub(crate) fn str_field(obj: &Object, key: &str) -> Option<String> {
-    obj.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// Removes a string field (an id); a field of another type stays where it is.

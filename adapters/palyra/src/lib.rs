@@ -25,6 +25,7 @@
 
 pub mod acp;
 pub mod decode;
+mod envelope;
 pub mod realtime;
 pub mod transport;
 
