@@ -8,8 +8,6 @@
 //!   reconnect.
 //! - [`encode_control`] turns `control.*` signals into the frames an agent accepts
 //!   (`{"kind":"control","op":…}`, `{"kind":"answer",…}`).
-//! - [`ui_frame_to_signal`] is the reverse: a frame a UI sends (the sidecar back-channel)
-//!   becomes the `control.*` signal it means.
 //! - [`parse_decoder`] reads captures for `patchbay parse --protocol escapement`.
 //!
 //! And the transport, [`register`]ed as `type = "escapement"`: one WebSocket connection
@@ -62,13 +60,11 @@ mod decode;
 mod encode;
 mod replay;
 mod transport;
-mod ui;
 
 pub use decode::{EscapementDecoder, EscapementStream, SeqDedupe};
 pub use encode::{EncodeError, encode_control};
 pub use replay::ReplayGuard;
 pub use transport::EscapementConfig;
-pub use ui::{UiFrameError, ui_frame_to_signal};
 
 use patchbay_graph::Registry;
 use patchbay_signal::decode::StreamDecoder;
