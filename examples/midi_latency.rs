@@ -23,8 +23,7 @@
 //!
 //! Needs `jackd` (Debian's `jackd2`).
 
-#[path = "../tests/support/jack.rs"]
-mod jack;
+use patchbay_testkit::jack;
 
 use std::time::{Duration, Instant};
 

@@ -7,14 +7,10 @@
 
 #![cfg(feature = "jack")]
 
-#[path = "../../../tests/support/jack.rs"]
-mod jack;
-
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use jack::{JackServer, wait_for};
 use midir::os::unix::{VirtualInput, VirtualOutput};
 use midir::{MidiInput, MidiInputConnection, MidiOutput, MidiOutputConnection};
 use patchbay_graph::telemetry::ComponentSnapshot;
@@ -23,6 +19,7 @@ use patchbay_graph::{
     OutputContext, OutputKind, Registry, SourceText, Telemetry, WhenFull,
 };
 use patchbay_signal::{SharedSignal, Signal, object};
+use patchbay_testkit::jack::{JackServer, wait_for};
 
 /// Failure guard for things that must happen (never a timing assertion).
 const GUARD: Duration = Duration::from_secs(20);
