@@ -67,7 +67,7 @@ mod wrap;
 pub use client::{EncodeError, UiClient};
 pub use decode::{CodeliaDecoder, CodeliaStream, PendingRequest};
 pub use transport::CodeliaConfig;
-pub use wrap::{DEFAULT_PUBLISH_URL, WrapObserver, wrap, wrap_io};
+pub use wrap::{DEFAULT_PUBLISH_URL, WrapError, WrapObserver, wrap, wrap_io};
 
 use patchbay_graph::Registry;
 use patchbay_signal::decode::StreamDecoder;

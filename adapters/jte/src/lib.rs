@@ -38,7 +38,7 @@ pub use parser::{
     OSC_TO_PROGRAM, OSC_TO_TERMINAL,
 };
 pub use signals::{JteDecoder, JteSignals, command_signal};
-pub use wrap::{DEFAULT_TO, WrapOptions, wrap, wrap_with};
+pub use wrap::{DEFAULT_TO, WrapError, WrapOptions, wrap, wrap_with};
 
 /// The decoder `patchbay parse --protocol jte` drives: raw terminal output bytes in,
 /// signals out (the passthrough output is dropped).

@@ -24,7 +24,7 @@ fn main() {
         let code = match runtime.block_on(patchbay_jte::wrap(command, to)) {
             Ok(code) => code,
             Err(err) => {
-                eprintln!("wrap: {err:#}");
+                eprintln!("wrap: {err} ({err:?})");
                 1
             }
         };
