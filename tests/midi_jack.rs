@@ -219,6 +219,7 @@ fn midi_through_patchbay_on_jack() {
     let mut server = JackServer::start("midi-e2e");
     // SAFETY: set once, before any JACK client or other thread of this test exists, in
     // the only test of this binary.
+    #[allow(unsafe_code)]
     unsafe {
         std::env::set_var("JACK_DEFAULT_SERVER", server.name());
         std::env::set_var("JACK_NO_START_SERVER", "1");

@@ -39,6 +39,7 @@ async fn palyra_realtime_resume_and_acp_commands() {
     }
     if let Some(pid) = child.id() {
         // SAFETY: signals the process this test started, by its pid.
+        #[allow(unsafe_code)]
         unsafe {
             libc::kill(pid as libc::pid_t, libc::SIGTERM);
         }

@@ -7,8 +7,6 @@
 //! - [`decode_response`]: a non-streaming Messages response body → the signals its
 //!   streaming form would give.
 
-#![warn(missing_docs)]
-
 mod messages;
 mod stream;
 

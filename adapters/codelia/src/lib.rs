@@ -57,8 +57,6 @@
 //! `cancelled`). The event's `timestamp` is the signal's (else the recorded `t`, else
 //! now). A `final` without any run id has `taskId: "unknown-run"`.
 
-#![warn(missing_docs)]
-
 mod client;
 mod decode;
 mod transport;

@@ -54,8 +54,6 @@
 //! (`transcript/node-id`). The frame `ts` is the timestamp (else the recorded `t`, else
 //! now).
 
-#![warn(missing_docs)]
-
 mod decode;
 mod encode;
 mod replay;

@@ -22,8 +22,6 @@
 //! assert_eq!(out.events.len(), 1);
 //! ```
 
-#![warn(missing_docs)]
-
 pub mod encode;
 pub mod parser;
 pub mod pty;

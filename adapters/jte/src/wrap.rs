@@ -270,6 +270,7 @@ pub async fn wrap_with(options: WrapOptions) -> Result<i32, WrapError> {
     pty::set_nonblocking(master.as_raw_fd())?;
     // SAFETY: the AsyncFd owns `master`, which stays open, and the same descriptor, for its
     // whole life.
+    #[allow(unsafe_code)]
     let master = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;
     let master = Arc::new(master);
 

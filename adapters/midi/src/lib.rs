@@ -46,8 +46,6 @@
 //! `midi.continue` (`FB`), `midi.stop` (`FC`), `midi.active_sensing` (`FE`), `midi.reset`
 //! (`FF`), and `midi.system` for the undefined status bytes `F4`, `F5`, `F9`, `FD`.
 
-#![warn(missing_docs)]
-
 mod decode;
 mod encode;
 mod input;

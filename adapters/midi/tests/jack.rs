@@ -183,6 +183,7 @@ fn led(note: u8, velocity: u8) -> Signal {
 fn midi_source_and_output_on_jack() {
     let mut server = JackServer::start("midi-adapter");
     // SAFETY: set once, before any JACK client exists, in the only test of this binary.
+    #[allow(unsafe_code)]
     unsafe {
         std::env::set_var("JACK_DEFAULT_SERVER", server.name());
         std::env::set_var("JACK_NO_START_SERVER", "1");

@@ -6,8 +6,6 @@
 //! `error` signal and a bad-input count, never a crash. Outputs write one JSON envelope per
 //! line.
 
-#![warn(missing_docs)]
-
 mod output;
 mod source;
 

@@ -8,8 +8,6 @@
 //!   would give.
 //! - [`model_ids`]: `/v1/models` and Ollama `/api/tags` bodies → model ids.
 
-#![warn(missing_docs)]
-
 mod chat;
 mod models;
 mod stream;

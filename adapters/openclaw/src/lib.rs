@@ -79,8 +79,6 @@
 //! other answers give nothing (a `runId` they name is remembered); a `req` frame in a
 //! capture gives `openclaw.request` with its `auth` values redacted.
 
-#![warn(missing_docs)]
-
 mod decode;
 mod encode;
 mod handshake;

@@ -21,8 +21,6 @@
 //! [`transport`] connects them to a daemon: `type = "palyra"` as a source and as a two-way
 //! output ([`register`], [`PalyraConfig`]).
 
-#![warn(missing_docs)]
-
 pub mod acp;
 pub mod decode;
 mod envelope;

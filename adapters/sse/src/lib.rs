@@ -12,8 +12,6 @@
 //!   [`SseSource`]), which subscribes to a stream over HTTP, reconnects with backoff and
 //!   resumes with `Last-Event-ID`.
 
-#![warn(missing_docs)]
-
 mod decoder;
 mod framing;
 mod parser;

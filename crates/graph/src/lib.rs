@@ -8,8 +8,6 @@
 //! that embeds a graph feeds it and reads it through channels, and runs it on a task
 //! ([`embed`]).
 
-#![warn(missing_docs)]
-
 pub mod backoff;
 pub mod compile;
 pub mod component;

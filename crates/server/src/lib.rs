@@ -21,8 +21,6 @@
 //!
 //! [`tap()`] is the client side: it prints what a running sidecar sends.
 
-#![warn(missing_docs)]
-
 mod config;
 mod http;
 mod hub;

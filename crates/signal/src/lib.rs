@@ -8,8 +8,6 @@
 //! turns any envelope-ish JSON into a valid signal ([`normalize`]), dot paths into a signal
 //! ([`path`]) and the id and clock helpers. It does no I/O.
 
-#![warn(missing_docs)]
-
 pub mod control;
 pub mod decode;
 mod id;

@@ -19,6 +19,9 @@
 //!
 //! Timeouts are failure guards only.
 
+// The test plays the user's terminal: libc calls on the pseudo-terminal it opens.
+#![allow(unsafe_code)]
+
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;

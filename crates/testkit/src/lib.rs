@@ -17,8 +17,6 @@
 //! `palyra-e2e` (`palyra_e2e`: a stand-in Palyra daemon) and `jte-wrap-e2e`
 //! (`jte_wrap_e2e`: `wrap --protocol jte` in a pseudo-terminal).
 
-#![warn(missing_docs)]
-
 pub mod decoding;
 #[cfg(feature = "generic-e2e")]
 pub mod generic_e2e;
