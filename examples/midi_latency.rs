@@ -23,8 +23,7 @@
 //!
 //! Needs `jackd` (Debian's `jackd2`).
 
-#[path = "../tests/support/jack.rs"]
-mod jack;
+use patchbay_testkit::jack;
 
 use std::time::{Duration, Instant};
 
@@ -92,7 +91,10 @@ async fn main() {
 
     let server = jack::JackServer::start_with_period("latency", period);
     // SAFETY of the environment: set before any thread that reads it (JACK clients below).
-    unsafe { std::env::set_var("JACK_DEFAULT_SERVER", server.name()) };
+    #[allow(unsafe_code)]
+    unsafe {
+        std::env::set_var("JACK_DEFAULT_SERVER", server.name())
+    };
 
     // The controller: a virtual MIDI output port, `bench:pad`.
     let output = MidiOutput::new("bench").expect("a JACK MIDI client");

@@ -9,8 +9,6 @@
 //! running sidecar sends. [`discovery`] finds the local services, for `discover` and the
 //! daemon.
 
-#![warn(missing_docs)]
-
 mod commands;
 mod components;
 mod config_files;

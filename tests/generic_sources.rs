@@ -2,10 +2,9 @@
 //! arrive, a dropped connection is retried (the `Recovering` state is read from the log:
 //! "websocket ws: retrying in N s") and reconnected, SSE resumes with `Last-Event-ID`, and
 //! a malformed frame becomes an error signal while the connection lives on. See
-//! `adapters/websocket/tests/support/generic_e2e.rs`.
+//! `patchbay_testkit::generic_e2e`.
 
-#[path = "../adapters/websocket/tests/support/generic_e2e.rs"]
-mod generic_e2e;
+use patchbay_testkit::generic_e2e;
 
 use std::path::Path;
 use std::process::Stdio;
@@ -73,6 +72,7 @@ impl generic_e2e::Patchbay for Binary {
         };
         if let Some(pid) = child.id() {
             // SAFETY: signals the process this test started, by its pid.
+            #[allow(unsafe_code)]
             unsafe {
                 libc::kill(pid as libc::pid_t, libc::SIGTERM);
             }

@@ -1,10 +1,9 @@
 //! `patchbay wrap --protocol jte` end to end: the real binary in a pseudo-terminal the
 //! test opens, wrapping a shell script that prints JSON terminal escapes in every accepted
 //! form split at random byte boundaries, against a stand-in sidecar (see
-//! `adapters/jte/tests/support/wrap_e2e.rs` for what is checked).
+//! `patchbay_testkit::jte_wrap_e2e` for what is checked).
 
-#[path = "../adapters/jte/tests/support/wrap_e2e.rs"]
-mod wrap_e2e;
+use patchbay_testkit::jte_wrap_e2e as wrap_e2e;
 
 fn wrap_command(to: &str, program: &[String]) -> std::process::Command {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_patchbay"));

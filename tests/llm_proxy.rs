@@ -38,6 +38,7 @@ impl proxy_e2e::Patchbay for Binary {
         };
         if let Some(pid) = child.id() {
             // SAFETY: signals the process this test started, by its pid.
+            #[allow(unsafe_code)]
             unsafe {
                 libc::kill(pid as libc::pid_t, libc::SIGTERM);
             }

@@ -1,6 +1,6 @@
 //! MIDI end to end: the `patchbay` binary against real MIDI ports in user space.
 //!
-//! A JACK server with its dummy driver provides the ports (`tests/support/jack.rs`); a
+//! A JACK server with its dummy driver provides the ports (`patchbay_testkit::jack`); a
 //! controller made with midir in this test process opens a virtual output `ctl:pad` (the
 //! pads) and a virtual input `lamp:leds` (the LEDs). patchbay runs a pipeline
 //! `midi` source → `stdout` and → `midi` output, and the test checks what comes out of its
@@ -10,18 +10,15 @@
 //! `cargo test --features jack --test midi_jack`. One test function, because the JACK server
 //! is chosen through this process's environment (`JACK_DEFAULT_SERVER`).
 
-#[path = "support/jack.rs"]
-mod jack;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jack::{JackServer, wait_for};
 use midir::os::unix::{VirtualInput, VirtualOutput};
 use midir::{MidiInput, MidiInputConnection, MidiOutput, MidiOutputConnection};
+use patchbay_testkit::jack::{JackServer, wait_for};
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::Value;
 
@@ -222,6 +219,7 @@ fn midi_through_patchbay_on_jack() {
     let mut server = JackServer::start("midi-e2e");
     // SAFETY: set once, before any JACK client or other thread of this test exists, in
     // the only test of this binary.
+    #[allow(unsafe_code)]
     unsafe {
         std::env::set_var("JACK_DEFAULT_SERVER", server.name());
         std::env::set_var("JACK_NO_START_SERVER", "1");

@@ -1,11 +1,10 @@
 //! The `palyra` component end to end: `patchbay run` on a pipeline (file of control
 //! signals → `palyra` output → `agent.inbound` → `file` output) against a stand-in Palyra
 //! daemon speaking the realtime WebSocket and the ACP command route (see
-//! `adapters/palyra/tests/support/palyra_e2e.rs` for what is checked: exact envelopes,
+//! `patchbay_testkit::palyra_e2e` for what is checked: exact envelopes,
 //! a retried command keeping its idempotency key, a reconnect repeating no signal).
 
-#[path = "../adapters/palyra/tests/support/palyra_e2e.rs"]
-mod palyra_e2e;
+use patchbay_testkit::palyra_e2e;
 
 use std::process::Stdio;
 
@@ -40,6 +39,7 @@ async fn palyra_realtime_resume_and_acp_commands() {
     }
     if let Some(pid) = child.id() {
         // SAFETY: signals the process this test started, by its pid.
+        #[allow(unsafe_code)]
         unsafe {
             libc::kill(pid as libc::pid_t, libc::SIGTERM);
         }

@@ -483,6 +483,7 @@ async fn sigterm_lets_a_slow_client_take_everything_queued_then_closes_1001() {
     .unwrap();
 
     // SAFETY: signals the process this test started, by its pid.
+    #[allow(unsafe_code)]
     unsafe {
         libc::kill(daemon.child.id() as libc::pid_t, libc::SIGTERM);
     }

@@ -1,13 +1,11 @@
 //! The Anthropic adapter's decoders (Messages API).
 //!
 //! - [`MessagesDecoder`]: Messages streaming events (and whole `message` bodies) →
-//!   signals, per design.md section 3.
+//!   signals (the mapping, event by event, is on the type).
 //! - [`AnthropicStreamDecoder`]: the same over raw bytes (SSE or one JSON event per line),
 //!   what `patchbay parse --protocol anthropic` drives ([`parse_decoder`]).
 //! - [`decode_response`]: a non-streaming Messages response body → the signals its
 //!   streaming form would give.
-
-#![warn(missing_docs)]
 
 mod messages;
 mod stream;

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{ErrorPayload, Payload, Severity};
-use patchbay_signal::{Object, Signal, next_id, now_ms};
+use patchbay_signal::{Object, Signal, next_id, now_ms, take_str};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -1015,18 +1015,6 @@ fn parse_input(json: String) -> Object {
     let mut raw = Object::new();
     raw.insert("_raw".into(), Value::String(json));
     raw
-}
-
-/// Removes and returns a string field; a null is removed, another value is left in place.
-fn take_str(obj: &mut Object, key: &str) -> Option<String> {
-    match obj.remove(key)? {
-        Value::String(s) => Some(s),
-        Value::Null => None,
-        other => {
-            obj.insert(key.to_owned(), other);
-            None
-        }
-    }
 }
 
 /// A non-negative integer count (JSON Schema's integer accepts `3.0`).

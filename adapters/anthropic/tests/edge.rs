@@ -1,5 +1,5 @@
-//! Hand-written cases for every rule of design.md section 3 (Anthropic Messages
-//! streaming) that the captures do not show.
+//! Hand-written cases for every rule of the Anthropic Messages streaming mapping (see
+//! `MessagesDecoder`) that the captures do not show.
 
 mod common;
 

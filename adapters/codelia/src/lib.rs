@@ -13,7 +13,7 @@
 //!
 //! And the transports:
 //!
-//! - `type = "codelia"` ([`register`], [`CodeliaConfig`]): patchbay starts the runtime
+//! - `type = "codelia"` ([`ADAPTER`], [`CodeliaConfig`]): patchbay starts the runtime
 //!   (`command`, `cwd`, `env`) and is its UI: it sends `initialize`, decodes what the
 //!   runtime sends, and, declared under `[outputs.NAME]`, sends `run.start` for `prompt
 //!   {text}`, `run.cancel` for `control.cancel`/`control.interrupt` and the response to
@@ -57,8 +57,6 @@
 //! `cancelled`). The event's `timestamp` is the signal's (else the recorded `t`, else
 //! now). A `final` without any run id has `taskId: "unknown-run"`.
 
-#![warn(missing_docs)]
-
 mod client;
 mod decode;
 mod transport;
@@ -67,10 +65,10 @@ mod wrap;
 pub use client::{EncodeError, UiClient};
 pub use decode::{CodeliaDecoder, CodeliaStream, PendingRequest};
 pub use transport::CodeliaConfig;
-pub use wrap::{DEFAULT_PUBLISH_URL, WrapObserver, wrap, wrap_io};
+pub use wrap::{DEFAULT_PUBLISH_URL, WrapError, WrapObserver, wrap, wrap_io};
 
-use patchbay_graph::descriptor::WrapError;
 use patchbay_graph::{Adapter, BoxFuture, ComponentType, Role, WrapRequest, options_of};
+use patchbay_signal::decode::StreamDecoder;
 
 /// `type = "codelia"`: as an output it talks both ways (prompts and controls to the
 /// runtime, its messages out of `NAME.inbound`); as a source it only listens. Also the
@@ -95,10 +93,11 @@ pub const ADAPTER: Adapter = Adapter {
 };
 
 /// `patchbay wrap --protocol codelia`: [`wrap`] on the request (it has no `--name`).
-fn wrap_request(request: WrapRequest) -> BoxFuture<Result<i32, WrapError>> {
+fn wrap_request(
+    request: WrapRequest,
+) -> BoxFuture<Result<i32, patchbay_graph::descriptor::WrapError>> {
     Box::pin(async move { wrap(request.command, request.to).await.map_err(Into::into) })
 }
-use patchbay_signal::decode::StreamDecoder;
 
 /// The decoder `patchbay parse --protocol codelia` drives: NDJSON, one JSON-RPC message
 /// per line, bare or recorded (`{"t","dir","msg"}`; only `dir: "in"`, runtime → UI, is

@@ -5,7 +5,6 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use patchbay_signal::decode::LineSplitter;
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::{Signal, now_ms};
@@ -168,6 +167,33 @@ fn ui_line(
     }
 }
 
+/// Why a wrap could not start its runtime, or lost track of it. Once the runtime runs,
+/// problems publishing to patchbay are warnings, not errors.
+#[derive(Debug, thiserror::Error)]
+pub enum WrapError {
+    /// No program was given.
+    #[error("wrap needs a command to run: patchbay wrap --protocol codelia -- COMMAND…")]
+    NoCommand,
+    /// The thread reading standard input could not be started.
+    #[error("cannot start the stdin reader")]
+    StdinReader(#[source] std::io::Error),
+    /// The runtime could not be started.
+    #[error("cannot start `{program}`")]
+    Spawn {
+        /// The program, as given.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The runtime was started without the pipe named (`stdin` or `stdout`).
+    #[error("the child has no {0}")]
+    NoPipe(&'static str),
+    /// Waiting for the runtime to exit failed.
+    #[error("waiting for the runtime")]
+    Wait(#[source] std::io::Error),
+}
+
 /// Runs `command` as a Codelia runtime between this process's standard input/output
 /// (the UI that started `wrap`) and the child, relaying both directions byte for byte
 /// (the child's standard error is inherited), and publishes the decoded signals to a
@@ -175,7 +201,7 @@ fn ui_line(
 /// slows the relay: when patchbay cannot be reached, signals are buffered (bounded) and
 /// retried, and a warning goes to standard error. Returns the child's exit code (128 +
 /// the signal number when a signal ended it).
-pub async fn wrap(command: Vec<String>, to: String) -> anyhow::Result<i32> {
+pub async fn wrap(command: Vec<String>, to: String) -> Result<i32, WrapError> {
     // A plain thread reads stdin: a blocking read cannot be cancelled, and on a runtime's
     // blocking pool it would keep the process from exiting until the UI writes again.
     let (tx, rx) = mpsc::channel::<Vec<u8>>(16);
@@ -195,7 +221,7 @@ pub async fn wrap(command: Vec<String>, to: String) -> anyhow::Result<i32> {
                 }
             }
         })
-        .context("cannot start the stdin reader")?;
+        .map_err(WrapError::StdinReader)?;
     wrap_io(command, to, rx, tokio::io::stdout()).await
 }
 
@@ -206,19 +232,20 @@ pub async fn wrap_io(
     to: String,
     mut ui_in: mpsc::Receiver<Vec<u8>>,
     mut ui_out: impl AsyncWrite + Unpin + Send + 'static,
-) -> anyhow::Result<i32> {
-    let (program, args) = command
-        .split_first()
-        .context("wrap needs a command to run: patchbay wrap --protocol codelia -- COMMAND…")?;
+) -> Result<i32, WrapError> {
+    let (program, args) = command.split_first().ok_or(WrapError::NoCommand)?;
     let mut child = Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
         .spawn()
-        .with_context(|| format!("cannot start `{program}`"))?;
-    let mut child_in = child.stdin.take().context("the child has no stdin")?;
-    let mut child_out = child.stdout.take().context("the child has no stdout")?;
+        .map_err(|source| WrapError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+    let mut child_in = child.stdin.take().ok_or(WrapError::NoPipe("stdin"))?;
+    let mut child_out = child.stdout.take().ok_or(WrapError::NoPipe("stdout"))?;
 
     let observer = std::sync::Arc::new(std::sync::Mutex::new(WrapObserver::new("codelia:wrap")));
     let (publish_tx, publish_rx) = mpsc::channel::<Signal>(QUEUE);
@@ -272,7 +299,7 @@ pub async fn wrap_io(
         }
     });
 
-    let status = child.wait().await.context("waiting for the runtime")?;
+    let status = child.wait().await.map_err(WrapError::Wait)?;
     // The runtime's last output is relayed before exiting (bounded: a grandchild may
     // hold its stdout open).
     let _ = tokio::time::timeout(Duration::from_secs(2), to_ui).await;

@@ -288,7 +288,7 @@ fn object_with(key: &str, value: Value) -> Object {
 }
 
 /// Epoch milliseconds from a JSON number (integers, or floats floored).
-pub(crate) fn as_millis(v: &Value) -> Option<i64> {
+fn as_millis(v: &Value) -> Option<i64> {
     match v {
         Value::Number(n) => n.as_i64().or_else(|| {
             n.as_f64()

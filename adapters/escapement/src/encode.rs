@@ -68,7 +68,7 @@ pub fn encode_control(signal: &Signal) -> Result<Value, EncodeError> {
 }
 
 /// A step count: a positive integer (`2.0` accepted, as JSON Schema does).
-pub(crate) fn step_count(v: &Value) -> Option<u64> {
+fn step_count(v: &Value) -> Option<u64> {
     let n = v.as_u64().or_else(|| {
         v.as_f64()
             .filter(|f| f.is_finite() && f.fract() == 0.0 && *f >= 1.0 && *f < 1.8e19)

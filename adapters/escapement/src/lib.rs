@@ -8,11 +8,9 @@
 //!   reconnect.
 //! - [`encode_control`] turns `control.*` signals into the frames an agent accepts
 //!   (`{"kind":"control","op":…}`, `{"kind":"answer",…}`).
-//! - [`ui_frame_to_signal`] is the reverse: a frame a UI sends (the sidecar back-channel)
-//!   becomes the `control.*` signal it means.
 //! - [`parse_decoder`] reads captures for `patchbay parse --protocol escapement`.
 //!
-//! And the transport, [`register`]ed as `type = "escapement"`: one WebSocket connection
+//! And the transport, described by [`ADAPTER`] as `type = "escapement"`: one WebSocket connection
 //! to an agent ([`EscapementConfig`]). Under `[outputs.NAME]` it sends `control.*`
 //! signals as control and answer frames (types the protocol has no frame for are
 //! refused and counted) and what the agent sends comes out of `NAME.inbound`; under
@@ -56,19 +54,15 @@
 //! (`transcript/node-id`). The frame `ts` is the timestamp (else the recorded `t`, else
 //! now).
 
-#![warn(missing_docs)]
-
 mod decode;
 mod encode;
 mod replay;
 mod transport;
-mod ui;
 
 pub use decode::{EscapementDecoder, EscapementStream, SeqDedupe};
 pub use encode::{EncodeError, encode_control};
 pub use replay::ReplayGuard;
 pub use transport::EscapementConfig;
-pub use ui::{UiFrameError, ui_frame_to_signal};
 
 use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 

@@ -1,7 +1,8 @@
-//! The encoder (signal → frame) and the UI back-channel decoder (frame → signal).
+//! The encoder (signal → frame), and the sidecar back-channel (UI frame → signal) feeding it.
 
-use patchbay_escapement::{EncodeError, UiFrameError, encode_control, ui_frame_to_signal};
+use patchbay_escapement::{EncodeError, encode_control};
 use patchbay_signal::Signal;
+use patchbay_signal::normalize::Normalizer;
 use serde_json::{Value, json};
 
 fn signal(kind: &str, payload: Value) -> Signal {
@@ -154,154 +155,61 @@ fn unusable_signals_are_refused_with_a_reason() {
     );
 }
 
-fn from_ui(frame: Value) -> Signal {
-    ui_frame_to_signal(&frame, "sidecar:ui.inbound")
-        .unwrap()
-        .unwrap()
+/// A UI frame as the sidecar's back-channel turns it into a signal.
+fn from_ui(frame: &Value) -> Signal {
+    let mut normalizer = Normalizer::new("sidecar:ui.inbound");
+    patchbay_server::value_to_signal(&mut normalizer, frame.clone()).unwrap()
 }
 
+/// The back-channel end to end: what a UI written for Escapement sends through the sidecar
+/// reaches the agent as the very frame it sent.
 #[test]
-fn ui_frames_become_control_signals() {
-    let cases = [
-        (
-            json!({"kind": "control", "op": "pause"}),
-            "control.pause",
-            json!({}),
-        ),
-        (
-            json!({"kind": "control", "op": "continue"}),
-            "control.continue",
-            json!({}),
-        ),
-        (
-            json!({"kind": "control", "op": "arm"}),
-            "control.arm",
-            json!({}),
-        ),
-        (
-            json!({"kind": "control", "op": "ui-interrupt"}),
-            "control.interrupt",
-            json!({}),
-        ),
-        (
-            json!({"kind": "control", "op": "ui-quit"}),
-            "control.quit",
-            json!({}),
-        ),
-        (
-            json!({"kind": "control", "op": "step"}),
-            "control.step",
-            json!({}),
-        ),
-        (
-            json!({"kind": "control", "op": "step", "n": 4}),
-            "control.step",
-            json!({"n": 4}),
-        ),
-        (
-            json!({"kind": "answer", "prompt-id": "ask#1", "value": "blue"}),
-            "control.answer",
-            json!({"promptId": "ask#1", "value": "blue"}),
-        ),
-        (
-            json!({"kind": "answer", "prompt-id": "ask#1", "value": null}),
-            "control.answer",
-            json!({"promptId": "ask#1", "value": null}),
-        ),
-        (
-            json!({"kind": "answer", "prompt-id": "ask#1", "cancelled": true}),
-            "control.answer",
-            json!({"promptId": "ask#1", "cancelled": true}),
-        ),
-    ];
-    for (frame, kind, payload) in cases {
-        let s = from_ui(frame.clone());
-        assert_eq!(s.kind, kind, "{frame}");
-        assert_eq!(Value::Object(s.payload.clone()), payload, "{frame}");
-        assert_eq!(s.source, "sidecar:ui.inbound");
-        patchbay_testkit::assert_schema_valid(&s.to_value());
-        // And back: the frame the agent gets is the frame the UI sent.
-        assert_eq!(encode_control(&s), Ok(frame));
-    }
-}
-
-#[test]
-fn ui_frame_extras_and_time() {
-    let s = from_ui(json!({"kind": "control", "op": "pause", "ts": 42, "client": "tui"}));
-    assert_eq!(s.timestamp, 42);
-    assert_eq!(s.meta("extra").unwrap(), &json!({"client": "tui"}));
-    let s = from_ui(json!({"kind": "control", "op": "pause", "ts": "now"}));
-    assert_eq!(s.meta("extra").unwrap(), &json!({"ts": "now"}));
-    assert!(s.timestamp > 1_600_000_000_000);
-    let s = from_ui(json!({"kind": "control", "op": "pause"}));
-    assert!(s.metadata.is_none());
-}
-
-#[test]
-fn ui_frames_that_are_not_control_are_left_to_the_caller() {
+fn ui_frames_reach_the_agent_unchanged() {
     for frame in [
-        json!({"kind": "event", "event": "x"}),
-        json!({"type": "user.click", "payload": {"target": "a"}}),
-        json!({"kind": 3}),
-        json!([1]),
-        json!("control"),
+        json!({"kind": "control", "op": "pause"}),
+        json!({"kind": "control", "op": "continue"}),
+        json!({"kind": "control", "op": "arm"}),
+        json!({"kind": "control", "op": "ui-interrupt"}),
+        json!({"kind": "control", "op": "ui-quit"}),
+        json!({"kind": "control", "op": "step"}),
+        json!({"kind": "control", "op": "step", "n": 4}),
+        json!({"kind": "answer", "prompt-id": "ask#1", "value": "blue"}),
+        json!({"kind": "answer", "prompt-id": "ask#1", "value": null}),
+        json!({"kind": "answer", "prompt-id": "ask#1", "cancelled": true}),
     ] {
-        assert!(ui_frame_to_signal(&frame, "s").is_none(), "{frame}");
+        let s = from_ui(&frame);
+        assert!(s.kind.starts_with("control."), "{frame}: {}", s.kind);
+        patchbay_testkit::assert_schema_valid(&s.to_value());
+        assert_eq!(encode_control(&s), Ok(frame.clone()), "{frame}");
     }
 }
 
+/// Ops a UI may send but Escapement has no frame for are refused when encoded, with a
+/// reason, rather than sent on.
 #[test]
-fn bad_ui_frames_are_errors() {
-    let err = |frame: Value| ui_frame_to_signal(&frame, "s").unwrap().unwrap_err();
-    assert_eq!(
-        err(json!({"kind": "control"})),
-        UiFrameError::MissingField {
-            kind: "control",
-            field: "op"
-        }
-    );
-    assert!(matches!(
-        err(json!({"kind": "control", "op": 1})),
-        UiFrameError::InvalidField { field: "op", .. }
-    ));
-    assert_eq!(
-        err(json!({"kind": "control", "op": "run-finished"})),
-        UiFrameError::UnknownOp("run-finished".into())
-    );
-    assert_eq!(
-        err(json!({"kind": "control", "op": "cancel"})),
-        UiFrameError::UnknownOp("cancel".into())
-    );
-    assert!(matches!(
-        err(json!({"kind": "control", "op": "step", "n": -1})),
-        UiFrameError::InvalidField { field: "n", .. }
-    ));
-    assert_eq!(
-        err(json!({"kind": "answer", "value": 1})),
-        UiFrameError::MissingField {
-            kind: "answer",
-            field: "prompt-id"
-        }
-    );
-    assert!(matches!(
-        err(json!({"kind": "answer", "prompt-id": ""})),
-        UiFrameError::InvalidField {
-            field: "prompt-id",
-            ..
-        }
-    ));
-    assert_eq!(
-        err(json!({"kind": "answer", "prompt-id": "p"})),
-        UiFrameError::MissingField {
-            kind: "answer",
-            field: "value"
-        }
-    );
-    assert!(matches!(
-        err(json!({"kind": "answer", "prompt-id": "p", "cancelled": 1})),
-        UiFrameError::InvalidField {
-            field: "cancelled",
-            ..
-        }
-    ));
+fn ui_frames_the_agent_cannot_take_are_refused() {
+    for (frame, expected) in [
+        (
+            json!({"kind": "control", "op": "run-finished"}),
+            EncodeError::Unsupported("control.run-finished".into()),
+        ),
+        (
+            json!({"kind": "control", "op": "cancel"}),
+            EncodeError::Unsupported("control.cancel".into()),
+        ),
+    ] {
+        assert_eq!(encode_control(&from_ui(&frame)), Err(expected), "{frame}");
+    }
+    for frame in [
+        json!({"kind": "control", "op": "step", "n": -1}),
+        json!({"kind": "answer", "prompt-id": "", "value": 1}),
+    ] {
+        assert!(
+            matches!(
+                encode_control(&from_ui(&frame)),
+                Err(EncodeError::InvalidField { .. })
+            ),
+            "{frame}"
+        );
+    }
 }

@@ -22,15 +22,12 @@
 //! assert_eq!(out.events.len(), 1);
 //! ```
 
-#![warn(missing_docs)]
-
 pub mod encode;
 pub mod parser;
 pub mod pty;
 pub mod signals;
 pub mod wrap;
 
-use patchbay_graph::descriptor::WrapError;
 use patchbay_graph::{Adapter, BoxFuture, WrapRequest};
 use patchbay_signal::decode::StreamDecoder;
 
@@ -40,7 +37,7 @@ pub use parser::{
     OSC_TO_PROGRAM, OSC_TO_TERMINAL,
 };
 pub use signals::{JteDecoder, JteSignals, command_signal};
-pub use wrap::{DEFAULT_TO, WrapOptions, wrap, wrap_with};
+pub use wrap::{DEFAULT_TO, WrapError, WrapOptions, wrap, wrap_with};
 
 /// The decoder of `patchbay parse --protocol jte` and the wrapper of `patchbay wrap
 /// --protocol jte`.
@@ -55,7 +52,9 @@ pub const ADAPTER: Adapter = Adapter {
 };
 
 /// `patchbay wrap --protocol jte`: [`wrap_with`] on the request.
-fn wrap_request(request: WrapRequest) -> BoxFuture<Result<i32, WrapError>> {
+fn wrap_request(
+    request: WrapRequest,
+) -> BoxFuture<Result<i32, patchbay_graph::descriptor::WrapError>> {
     let mut options = WrapOptions::new(request.command, request.to);
     options.name = request.name;
     Box::pin(async move { wrap_with(options).await.map_err(Into::into) })

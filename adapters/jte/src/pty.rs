@@ -5,6 +5,8 @@
 //! Every `unsafe` block is one libc call on file descriptors this module owns or on the
 //! process's standard streams, with its result checked.
 
+#![allow(unsafe_code)]
+
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;

@@ -43,7 +43,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use futures_util::StreamExt;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{Object, Signal, control};
@@ -116,6 +115,37 @@ pub enum UrlError {
     /// Only plain `http://` (and `ws://`) is supported: the sidecar listens on loopback.
     #[error("`{0}` is not an http:// URL (the sidecar's address, e.g. {DEFAULT_TO})")]
     Scheme(String),
+}
+
+/// Why a wrap could not start its program, or lost track of it. Once the program runs,
+/// problems talking to patchbay are warnings, not errors.
+#[derive(Debug, thiserror::Error)]
+pub enum WrapError {
+    /// No program was given.
+    #[error("wrap needs a command to run (after `--`)")]
+    NoCommand,
+    /// `--to` is not the sidecar's address.
+    #[error(transparent)]
+    Url(#[from] UrlError),
+    /// No pseudo-terminal could be opened.
+    #[error("cannot open a pseudo-terminal")]
+    Pty(#[source] io::Error),
+    /// The program could not be started.
+    #[error("cannot run `{program}`")]
+    Spawn {
+        /// The program, as given.
+        program: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The HTTP client that publishes signals could not be built.
+    #[error("cannot build the HTTP client")]
+    HttpClient(#[source] reqwest::Error),
+    /// A system call failed: the terminal's setup, the signal handlers, waiting for the
+    /// program.
+    #[error(transparent)]
+    Io(#[from] io::Error),
 }
 
 /// The basename of a command's program (`/usr/bin/claude` → `claude`).
@@ -199,30 +229,27 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
 
 /// `patchbay wrap --protocol jte --to URL -- COMMAND…` with the default name and limits:
 /// see [`wrap_with`].
-pub async fn wrap(command: Vec<String>, to: String) -> anyhow::Result<i32> {
+pub async fn wrap(command: Vec<String>, to: String) -> Result<i32, WrapError> {
     wrap_with(WrapOptions::new(command, to)).await
 }
 
 /// Runs the wrap (see the module docs) and returns the program's exit code. Errors are
 /// failures to start (no command, a bad URL, no pseudo-terminal, a program that cannot be
 /// run); once the program runs, problems talking to patchbay are warnings.
-pub async fn wrap_with(options: WrapOptions) -> anyhow::Result<i32> {
-    let (program, args) = options
-        .command
-        .split_first()
-        .context("wrap needs a command to run (after `--`)")?;
+pub async fn wrap_with(options: WrapOptions) -> Result<i32, WrapError> {
+    let (program, args) = options.command.split_first().ok_or(WrapError::NoCommand)?;
     let name = options.effective_name();
     let post_url = signal_url(&options.to)?;
     let ws_url = control_url(&options.to)?;
 
     let size = pty::window_size(1).or_else(|| pty::window_size(0));
-    let pty::Pty { master, slave } =
-        pty::open_pty(size).context("cannot open a pseudo-terminal")?;
+    let pty::Pty { master, slave } = pty::open_pty(size).map_err(WrapError::Pty)?;
     let mut command = pty::command_on(program, args, &slave)?;
     command.env("PATCHBAY_WRAP_NAME", &name);
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot run `{program}`"))?;
+    let mut child = command.spawn().map_err(|source| WrapError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
     // The program holds the slave now; our copy would keep the master from seeing the end.
     drop(slave);
     drop(command);
@@ -243,6 +270,7 @@ pub async fn wrap_with(options: WrapOptions) -> anyhow::Result<i32> {
     pty::set_nonblocking(master.as_raw_fd())?;
     // SAFETY: the AsyncFd owns `master`, which stays open, and the same descriptor, for its
     // whole life.
+    #[allow(unsafe_code)]
     let master = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;
     let master = Arc::new(master);
 
@@ -478,11 +506,11 @@ struct Publisher {
 }
 
 impl Publisher {
-    fn start(url: String) -> anyhow::Result<Publisher> {
+    fn start(url: String) -> Result<Publisher, WrapError> {
         let client = patchbay_transport::client_builder()
             .timeout(PUBLISH_TIMEOUT)
             .build()
-            .context("cannot build the HTTP client")?;
+            .map_err(WrapError::HttpClient)?;
         let (tx, rx) = mpsc::channel(PUBLISH_BUFFER);
         let task = tokio::spawn(publish_loop(client, url, rx));
         Ok(Publisher {

@@ -1,9 +1,8 @@
-//! End-to-end test of the wrap (see `support/wrap_e2e.rs`), run without the `patchbay`
+//! End-to-end test of the wrap (see `patchbay_testkit::jte_wrap_e2e`), run without the `patchbay`
 //! binary: this test program runs the wrap itself when started with
 //! `PATCHBAY_JTE_WRAP_CHILD` set (`wrap.rs TO -- COMMAND…`), and runs the check otherwise.
 
-#[path = "support/wrap_e2e.rs"]
-mod wrap_e2e;
+use patchbay_testkit::jte_wrap_e2e as wrap_e2e;
 
 use std::process::Command;
 
@@ -25,7 +24,7 @@ fn main() {
         let code = match runtime.block_on(patchbay_jte::wrap(command, to)) {
             Ok(code) => code,
             Err(err) => {
-                eprintln!("wrap: {err:#}");
+                eprintln!("wrap: {err} ({err:?})");
                 1
             }
         };

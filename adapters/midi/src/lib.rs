@@ -15,8 +15,8 @@
 //! The transport (midir: ALSA by default, JACK with the cargo feature `jack`, see
 //! [`BACKEND`]):
 //!
-//! - [`register`] adds the `midi` source ([`MidiSourceConfig`]) and output
-//!   ([`MidiOutputConfig`]) to a registry. Both follow their port across hot-plug: the
+//! - [`ADAPTER`] describes the `midi` source ([`MidiSourceConfig`]) and output
+//!   ([`MidiOutputConfig`]). Both follow their port across hot-plug: the
 //!   port list is polled every `rescan_ms`, a vanished port sets health `recovering`, and
 //!   a matching port that returns is reopened without a restart. With no MIDI system at
 //!   all they stay `recovering`, say why in health, and keep trying.
@@ -45,8 +45,6 @@
 //! (`F3`, `song`), `midi.tune_request` (`F6`), `midi.clock` (`F8`), `midi.start` (`FA`),
 //! `midi.continue` (`FB`), `midi.stop` (`FC`), `midi.active_sensing` (`FE`), `midi.reset`
 //! (`FF`), and `midi.system` for the undefined status bytes `F4`, `F5`, `F9`, `FD`.
-
-#![warn(missing_docs)]
 
 mod decode;
 mod encode;

@@ -92,6 +92,7 @@ impl<T> Held<T> {
 }
 
 impl<T> Drop for Held<T> {
+    #[allow(unsafe_code)] // `inner` is a ManuallyDrop: it is dropped by hand, once.
     fn drop(&mut self) {
         if self.is_current() {
             // SAFETY: dropped once, here; `inner` is not used afterwards.

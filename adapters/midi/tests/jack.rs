@@ -7,14 +7,10 @@
 
 #![cfg(feature = "jack")]
 
-#[path = "../../../tests/support/jack.rs"]
-mod jack;
-
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use jack::{JackServer, wait_for};
 use midir::os::unix::{VirtualInput, VirtualOutput};
 use midir::{MidiInput, MidiInputConnection, MidiOutput, MidiOutputConnection};
 use patchbay_graph::telemetry::ComponentSnapshot;
@@ -23,6 +19,7 @@ use patchbay_graph::{
     OutputContext, OutputKind, Registry, SourceText, Telemetry, WhenFull,
 };
 use patchbay_signal::{SharedSignal, Signal, object};
+use patchbay_testkit::jack::{JackServer, wait_for};
 
 /// Failure guard for things that must happen (never a timing assertion).
 const GUARD: Duration = Duration::from_secs(20);
@@ -186,6 +183,7 @@ fn led(note: u8, velocity: u8) -> Signal {
 fn midi_source_and_output_on_jack() {
     let mut server = JackServer::start("midi-adapter");
     // SAFETY: set once, before any JACK client exists, in the only test of this binary.
+    #[allow(unsafe_code)]
     unsafe {
         std::env::set_var("JACK_DEFAULT_SERVER", server.name());
         std::env::set_var("JACK_NO_START_SERVER", "1");

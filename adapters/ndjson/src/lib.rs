@@ -1,11 +1,10 @@
 //! patchbay's NDJSON ends: the `file` and `stdin` sources and the `stdout` and `file`
 //! outputs.
 //!
-//! Input lines are decoded as generic envelopes (design: "sajou / generic JSON"): a bad
-//! line becomes an `error` signal and a bad-input count, never a crash. Outputs write one
-//! JSON envelope per line.
-
-#![warn(missing_docs)]
+//! Input lines are decoded as generic envelopes (an object with a string `type` is an
+//! envelope, one without is an `event` with the object as payload): a bad line becomes an
+//! `error` signal and a bad-input count, never a crash. Outputs write one JSON envelope per
+//! line.
 
 mod output;
 mod source;

@@ -3,7 +3,7 @@
 
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{ErrorPayload, Payload, Severity};
-use patchbay_signal::{Object, Signal, next_id, now_ms};
+use patchbay_signal::{Object, Signal, next_id, now_ms, take_str};
 use serde_json::Value;
 
 /// The data line that ends a stream.
@@ -775,18 +775,6 @@ fn parse_arguments(arguments: String) -> Object {
     let mut raw = Object::new();
     raw.insert("_raw".into(), Value::String(arguments));
     raw
-}
-
-/// Removes and returns a string field; a null is removed, another value is left in place.
-fn take_str(obj: &mut Object, key: &str) -> Option<String> {
-    match obj.remove(key)? {
-        Value::String(s) => Some(s),
-        Value::Null => None,
-        other => {
-            obj.insert(key.to_owned(), other);
-            None
-        }
-    }
 }
 
 /// A non-negative integer count (JSON Schema's integer accepts `3.0`).

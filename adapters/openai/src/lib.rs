@@ -1,14 +1,12 @@
 //! The OpenAI-compatible adapter's decoders (OpenAI, Ollama, LM Studio, vLLM).
 //!
 //! - [`ChatDecoder`]: `chat.completion.chunk` payloads (and whole `chat.completion`
-//!   bodies) → signals, per design.md section 3.
+//!   bodies) → signals (the mapping, field by field, is on the type).
 //! - [`OpenAiStreamDecoder`]: the same over raw bytes (SSE or one JSON chunk per line),
 //!   what `patchbay parse --protocol openai` drives ([`parse_decoder`]).
 //! - [`decode_response`]: a non-streaming response body → the signals its streaming form
 //!   would give.
 //! - [`model_ids`]: `/v1/models` and Ollama `/api/tags` bodies → model ids.
-
-#![warn(missing_docs)]
 
 mod chat;
 mod models;

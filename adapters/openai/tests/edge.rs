@@ -1,5 +1,5 @@
-//! Hand-written cases for every rule of design.md section 3 (OpenAI-compatible streaming)
-//! that the captures do not show.
+//! Hand-written cases for every rule of the OpenAI-compatible streaming mapping (see
+//! `ChatDecoder`) that the captures do not show.
 
 mod common;
 

@@ -8,7 +8,7 @@ use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
     TokenUsage, ToolCall, ToolResult,
 };
-use patchbay_signal::{Object, Signal, now_ms};
+use patchbay_signal::{Object, Signal, now_ms, take_str};
 use serde_json::Value;
 
 /// Events the gateway sends for its own upkeep: UIs hide them by default.
@@ -662,16 +662,6 @@ fn object_with(key: &str, value: Value) -> Object {
     let mut o = Object::new();
     o.insert(key.to_owned(), value);
     o
-}
-
-fn take_str(obj: &mut Object, key: &str) -> Option<String> {
-    match obj.get(key) {
-        Some(Value::String(_)) => match obj.shift_remove(key) {
-            Some(Value::String(s)) => Some(s),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 fn as_millis(v: &Value) -> Option<i64> {

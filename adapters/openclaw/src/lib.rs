@@ -14,7 +14,7 @@
 //!   `control.answer` into `exec.approval.resolve`.
 //! - [`parse_decoder`] reads captures for `patchbay parse --protocol openclaw`.
 //!
-//! The transport is [`register`]ed as `type = "openclaw"` ([`OpenClawConfig`]): it
+//! The transport is described by [`ADAPTER`] as `type = "openclaw"` ([`OpenClawConfig`]): it
 //! connects, completes the handshake within `connect_timeout_ms`, decodes every frame,
 //! and reconnects with `min(1 s·2^(n−1), 30 s)` plus jitter
 //! ([`Backoff`](patchbay_transport::Backoff)), 10 attempts by default, counted again
@@ -78,8 +78,6 @@
 //! {code: error.details.code | error.code, message}` (the error in `metadata.error`);
 //! other answers give nothing (a `runId` they name is remembered); a `req` frame in a
 //! capture gives `openclaw.request` with its `auth` values redacted.
-
-#![warn(missing_docs)]
 
 mod config_file;
 mod decode;

@@ -28,7 +28,7 @@ use patchbay_signal::{Object, Signal, control, next_id, now_ms};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::decode::str_field;
+use crate::envelope::{command_result_signal, str_field};
 
 /// The console endpoint ACP command envelopes are posted to.
 pub const ACP_COMMAND_PATH: &str = "/console/v1/acp/command";
@@ -391,60 +391,4 @@ pub fn decode_command_result(source: &str, body: &[u8]) -> Decoded {
             &format!("ACP result is not JSON: {err}"),
         )),
     }
-}
-
-/// The signal for one result envelope (see [`decode_command_result`]); `run` is the run
-/// the command concerned, else one named in the result.
-pub(crate) fn command_result_signal(
-    source: &str,
-    env: &Object,
-    ts: i64,
-    run: Option<&str>,
-) -> Signal {
-    let run = run.map(str::to_owned).or_else(|| {
-        let result = env.get("result")?;
-        ["/run/run_id", "/approval/run_id", "/run_id"]
-            .iter()
-            .find_map(|p| result.pointer(p).and_then(Value::as_str))
-            .map(str::to_owned)
-    });
-    let ok = env.get("ok").and_then(Value::as_bool);
-    let mut signal = if ok == Some(true) {
-        Signal::new("palyra.command_result", source, env.clone())
-    } else {
-        let mut meta = env.clone();
-        let (message, code) = match meta.remove("error") {
-            Some(Value::Object(err)) => {
-                let message = str_field(&err, "message").unwrap_or_else(|| "command failed".into());
-                let code = str_field(&err, "code");
-                for (k, v) in err {
-                    if k != "message" && k != "code" {
-                        meta.insert(k, v);
-                    }
-                }
-                (message, code)
-            }
-            Some(Value::String(text)) => (text, None),
-            Some(other) => (other.to_string(), None),
-            None => ("command failed".into(), None),
-        };
-        let mut payload = Object::new();
-        payload.insert(
-            "code".into(),
-            Value::String(code.unwrap_or_else(|| "command_failed".into())),
-        );
-        payload.insert("message".into(), Value::String(message));
-        payload.insert("severity".into(), Value::String("error".into()));
-        let mut s = Signal::new("error", source, payload);
-        if !meta.is_empty() {
-            s.metadata = Some(meta);
-        }
-        s
-    };
-    signal.timestamp = ts;
-    if let Some(run) = run {
-        signal.correlation_id = Some(run);
-    }
-    well_known::repair(&mut signal);
-    signal
 }

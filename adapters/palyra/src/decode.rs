@@ -52,10 +52,10 @@ use std::collections::{HashMap, VecDeque};
 use patchbay_signal::decode::{JsonTexts, RecordedLine, StreamDecoder, recorded_line};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{self, AgentState};
-use patchbay_signal::{Object, Signal, now_ms};
+use patchbay_signal::{Object, Signal, now_ms, take_str};
 use serde_json::Value;
 
-use crate::acp::command_result_signal;
+use crate::envelope::{command_result_signal, str_field};
 use crate::realtime::RealtimeResume;
 
 /// Longest line (or frame) accepted, in bytes; longer lines are reported as bad input.
@@ -737,7 +737,7 @@ impl PalyraDecoder {
             }
             None => "unknown".to_owned(),
         };
-        let call_id = take_str(&mut body, "proposal_id");
+        let call_id = take_str(&mut body, "proposal_id").filter(|id| !id.is_empty());
         let input = wrap_json(body.remove("input_json")).unwrap_or_default();
         if let Some(call_id) = &call_id {
             let tools = &mut self.runs.get(key).tools;
@@ -764,7 +764,7 @@ impl PalyraDecoder {
         frame: &Frame,
         out: &mut Vec<Decoded>,
     ) {
-        let call_id = take_str(&mut body, "proposal_id");
+        let call_id = take_str(&mut body, "proposal_id").filter(|id| !id.is_empty());
         let tool_name = call_id
             .as_ref()
             .and_then(|id| self.runs.get(key).tools.get(id).cloned())
@@ -896,26 +896,6 @@ pub(crate) fn state_name(state: AgentState) -> &'static str {
         AgentState::Waiting => "waiting",
         AgentState::Done => "done",
         AgentState::Error => "error",
-    }
-}
-
-/// A string field of an object, owned.
-pub(crate) fn str_field(obj: &Object, key: &str) -> Option<String> {
-    obj.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
-/// Removes a string field (an id); a field of another type stays where it is.
-fn take_str(obj: &mut Object, key: &str) -> Option<String> {
-    match obj.get(key) {
-        Some(Value::String(_)) => match obj.remove(key) {
-            Some(Value::String(s)) if !s.is_empty() => Some(s),
-            _ => None,
-        },
-        Some(Value::Null) => {
-            obj.remove(key);
-            None
-        }
-        _ => None,
     }
 }
 

@@ -19,12 +19,11 @@
 //! their result envelopes back into signals. These are pure: no I/O.
 //!
 //! [`transport`] connects them to a daemon: `type = "palyra"` as a source and as a two-way
-//! output ([`register`], [`PalyraConfig`]).
-
-#![warn(missing_docs)]
+//! output ([`ADAPTER`], [`PalyraConfig`]).
 
 pub mod acp;
 pub mod decode;
+mod envelope;
 pub mod realtime;
 pub mod transport;
 

@@ -1,9 +1,8 @@
 //! The `palyra` component end to end, in-process: a graph (file source of controls →
 //! `palyra` output → its inbound side → `file` output) run against the stand-in daemon of
-//! `support/palyra_e2e.rs`.
+//! `patchbay_testkit::palyra_e2e`.
 
-#[path = "support/palyra_e2e.rs"]
-mod palyra_e2e;
+use patchbay_testkit::palyra_e2e;
 
 use patchbay_graph::{Registry, RunningGraph, SourceText, compile};
 

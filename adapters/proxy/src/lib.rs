@@ -27,8 +27,6 @@
 //! `task_dispatch`; its signals share a new correlation id (the stream's own id goes to
 //! `metadata.streamId`) and come out of `NAME.inbound`.
 
-#![warn(missing_docs)]
-
 mod api;
 mod component;
 mod config;

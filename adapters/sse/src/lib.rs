@@ -8,11 +8,9 @@
 //!   LLM stream decoders that accept both.
 //! - [`SseDecoder`]: the generic SSE source decoder (`patchbay parse --protocol sse`),
 //!   whose events carry generic JSON envelopes.
-//! - With the `source` feature (default): the `sse` source ([`register`],
+//! - With the `source` feature (default): the `sse` source ([`ADAPTER`],
 //!   [`SseSource`]), which subscribes to a stream over HTTP, reconnects with backoff and
 //!   resumes with `Last-Event-ID`.
-
-#![warn(missing_docs)]
 
 mod decoder;
 mod framing;

@@ -12,8 +12,6 @@
 //! exhausted, or the server refused the upgrade with 401/403). Header values (tokens) are
 //! never logged.
 
-#![warn(missing_docs)]
-
 mod source;
 
 use patchbay_graph::{Adapter, ComponentType, Role, options_of};

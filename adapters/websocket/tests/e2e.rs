@@ -2,10 +2,9 @@
 //! root test `tests/generic_sources.rs` runs the same scenario on the binary). The health
 //! states are read through a probe output that keeps the graph's telemetry.
 
-#[path = "support/generic_e2e.rs"]
-mod generic_e2e;
-#[path = "support/probe.rs"]
 mod probe;
+
+use patchbay_testkit::generic_e2e;
 
 use probe::{build_probe, telemetry};
 

@@ -2,7 +2,6 @@
 //! connection (reconnect, `Recovering` "no pong"); a server that is not there exhausts
 //! `max_attempts` (`Failed`). Read through a probe output keeping the graph's telemetry.
 
-#[path = "support/probe.rs"]
 mod probe;
 
 use std::sync::Arc;

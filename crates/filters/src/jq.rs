@@ -28,6 +28,35 @@ const EXCLUDED: [&str; 3] = ["env", "input", "inputs"];
 /// pathological output (`reduce range(1e6) as $i (0; [.])`) cannot overflow the stack.
 const MAX_DEPTH: usize = 128;
 
+/// Why a jq expression does not compile: every problem found, each with its position in
+/// the expression where it has one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad jq expression: {}", .problems.join("; "))]
+pub struct CompileError {
+    /// One message per problem, e.g. ``undefined filter `f/1` at position 3``.
+    pub problems: Vec<String>,
+}
+
+/// Why running a jq expression on a signal stopped (jq stops at an uncaught error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// An error the expression raised (`error("…")`) or ran into (a type error).
+    #[error("{0}")]
+    Raised(String),
+    /// `halt` or `halt_error` was called: an error here, never an exit.
+    #[error("halt({0}) called")]
+    Halt(String),
+    /// jaq reported an exception that is neither an error nor a halt.
+    #[error("internal jq error")]
+    Internal,
+    /// jaq panicked (caught, so that patchbay goes on).
+    #[error("the jq interpreter failed")]
+    Panicked,
+    /// An output nested too deep to convert to JSON (see `MAX_DEPTH`).
+    #[error("output nested deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+}
+
 /// A compiled jq expression.
 #[derive(Clone)]
 pub struct JqExpr {
@@ -53,7 +82,7 @@ impl<'de> Deserialize<'de> for JqExpr {
 impl JqExpr {
     /// Compiles `code`; the error says what is wrong and where (a 1-based character
     /// position in the expression).
-    pub fn compile(code: &str) -> Result<JqExpr, String> {
+    pub fn compile(code: &str) -> Result<JqExpr, CompileError> {
         let defs = jaq_core::defs()
             .chain(jaq_std::defs())
             .chain(jaq_json::defs());
@@ -93,7 +122,7 @@ impl JqExpr {
 
     /// The outputs on `signal` as JSON, at most `max` of them; a runtime error ends the
     /// list (jq stops at an uncaught error).
-    pub fn outputs(&self, signal: &Signal, max: usize) -> Vec<Result<Value, String>> {
+    pub fn outputs(&self, signal: &Signal, max: usize) -> Vec<Result<Value, RunError>> {
         let mut outputs = Vec::new();
         self.run(signal, |output| {
             let converted = output.and_then(|v| val_to_json(&v, 0));
@@ -106,7 +135,7 @@ impl JqExpr {
 
     /// Runs the expression on the envelope of `signal`, handing each output to `each`
     /// until it returns false. A panic inside jaq is turned into a runtime error.
-    fn run(&self, signal: &Signal, mut each: impl FnMut(Result<Val, String>) -> bool) {
+    fn run(&self, signal: &Signal, mut each: impl FnMut(Result<Val, RunError>) -> bool) {
         let input = signal_to_val(signal);
         let filter = &self.filter;
         let result = catch_unwind(AssertUnwindSafe(|| {
@@ -119,17 +148,17 @@ impl JqExpr {
             }
         }));
         if result.is_err() {
-            each(Err("the jq interpreter failed".into()));
+            each(Err(RunError::Panicked));
         }
     }
 }
 
-fn describe_exception(exn: jaq_core::Exn<'_, Val>) -> String {
+fn describe_exception(exn: jaq_core::Exn<'_, Val>) -> RunError {
     match exn.get_err() {
-        Ok(error) => error.to_string(),
+        Ok(error) => RunError::Raised(error.to_string()),
         Err(exn) => match exn.get_halt() {
-            Ok(code) => format!("halt({code}) called"),
-            Err(_) => "internal jq error".into(),
+            Ok(code) => RunError::Halt(code.to_string()),
+            Err(_) => RunError::Internal,
         },
     }
 }
@@ -149,7 +178,7 @@ fn at(code: &str, part: &str) -> String {
     }
 }
 
-fn describe_load_errors(code: &str, errors: jaq_core::load::Errors<&str, ()>) -> String {
+fn describe_load_errors(code: &str, errors: jaq_core::load::Errors<&str, ()>) -> CompileError {
     use jaq_core::load::Error;
     use jaq_core::load::lex::Expect as LexExpect;
     let mut messages = Vec::new();
@@ -184,7 +213,7 @@ fn describe_load_errors(code: &str, errors: jaq_core::load::Errors<&str, ()>) ->
             }
         }
     }
-    format!("bad jq expression: {}", messages.join("; "))
+    CompileError { problems: messages }
 }
 
 /// A short excerpt of the text where an error was found.
@@ -197,7 +226,7 @@ fn first_token(text: &str) -> String {
     text.get(..end).unwrap_or(text).to_owned()
 }
 
-fn describe_compile_errors(errors: jaq_core::compile::Errors<&str, ()>) -> String {
+fn describe_compile_errors(errors: jaq_core::compile::Errors<&str, ()>) -> CompileError {
     use jaq_core::compile::Undefined;
     let mut messages = Vec::new();
     for (file, items) in errors {
@@ -209,7 +238,7 @@ fn describe_compile_errors(errors: jaq_core::compile::Errors<&str, ()>) -> Strin
             messages.push(format!("undefined {what}{}", at(file.code, name)));
         }
     }
-    format!("bad jq expression: {}", messages.join("; "))
+    CompileError { problems: messages }
 }
 
 fn str_val(s: &str) -> Val {
@@ -264,9 +293,9 @@ fn json_to_val(value: &Value, depth: usize) -> Val {
 
 /// A jq value as JSON: NaN and infinities become `null` (as jq prints them), byte strings
 /// are read as UTF-8, object keys that are not strings are written as their JSON text.
-fn val_to_json(value: &Val, depth: usize) -> Result<Value, String> {
+fn val_to_json(value: &Val, depth: usize) -> Result<Value, RunError> {
     if depth > MAX_DEPTH {
-        return Err(format!("output nested deeper than {MAX_DEPTH} levels"));
+        return Err(RunError::TooDeep);
     }
     Ok(match value {
         Val::Null => Value::Null,
@@ -319,7 +348,7 @@ mod tests {
         .correlated("c1")
     }
 
-    fn outputs(code: &str) -> Vec<Result<Value, String>> {
+    fn outputs(code: &str) -> Vec<Result<Value, RunError>> {
         JqExpr::compile(code).unwrap().outputs(&sig(), 100)
     }
 
@@ -361,9 +390,13 @@ mod tests {
         let out = outputs(r#"1, error("boom"), 2"#);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0], Ok(json!(1)));
-        assert!(out[1].as_ref().unwrap_err().contains("boom"));
+        assert!(out[1].as_ref().unwrap_err().to_string().contains("boom"));
         let deep = outputs("reduce range(200) as $i (0; [.])");
-        assert!(deep[0].as_ref().unwrap_err().contains("nested"));
+        assert_eq!(deep[0], Err(RunError::TooDeep));
+        assert_eq!(
+            deep[0].as_ref().unwrap_err().to_string(),
+            "output nested deeper than 128 levels"
+        );
         let many = JqExpr::compile("range(10)").unwrap().outputs(&sig(), 3);
         assert_eq!(many.len(), 3);
         assert_eq!(outputs("100000000000000000000"), vec![Ok(json!(1e20))]);
@@ -371,19 +404,24 @@ mod tests {
 
     #[test]
     fn compile_errors_say_where() {
-        let err = JqExpr::compile(".a | ").unwrap_err();
+        let message = |code: &str| JqExpr::compile(code).unwrap_err().to_string();
+        let err = message(".a | ");
         assert!(err.starts_with("bad jq expression: "), "{err}");
         assert!(err.contains("end"), "{err}");
-        let err = JqExpr::compile("nosuchfilter(1)").unwrap_err();
+        let err = message("nosuchfilter(1)");
+        assert_eq!(
+            JqExpr::compile("nosuchfilter(1)").unwrap_err().problems,
+            ["undefined filter `nosuchfilter/1` at position 1"]
+        );
         assert!(err.contains("undefined filter `nosuchfilter/1`"), "{err}");
         assert!(err.contains("position 1"), "{err}");
-        let err = JqExpr::compile(".a | env").unwrap_err();
+        let err = message(".a | env");
         assert!(err.contains("`env/0`"), "{err}");
-        let err = JqExpr::compile("\"abc").unwrap_err();
+        let err = message("\"abc");
         assert!(err.contains("closing quote"), "{err}");
-        let err = JqExpr::compile("(1").unwrap_err();
+        let err = message("(1");
         assert!(err.contains("bad jq expression"), "{err}");
-        let err = JqExpr::compile(".a | )").unwrap_err();
+        let err = message(".a | )");
         assert!(err.contains("position 6"), "{err}");
         assert!(JqExpr::compile("$x").is_err());
         assert!(JqExpr::compile("").is_err());

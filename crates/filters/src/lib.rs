@@ -17,8 +17,6 @@
 //! lost: held signals are emitted at end of input, on a `reset` signal and when their key is
 //! evicted by `max_keys`.
 
-#![warn(missing_docs)]
-
 pub mod condition;
 pub mod delta;
 pub mod jq;

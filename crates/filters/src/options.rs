@@ -43,16 +43,20 @@ pub struct Rate {
 /// The largest `N` of a rate: beyond it the emission interval is below a nanosecond.
 const MAX_RATE_COUNT: u64 = 1_000_000_000;
 
+/// A rate that is not `"N/s"`, `"N/m"` or `"N/h"` with `N` from 1 to 10⁹ (the text as
+/// written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bad rate `{0}`: expected \"N/s\", \"N/m\" or \"N/h\" with N a whole number from 1 to \
+     {MAX_RATE_COUNT}"
+)]
+pub struct BadRate(pub String);
+
 impl Rate {
     /// Parses `"N/s"`, `"N/m"` or `"N/h"` (spaces around the parts are allowed; `sec`,
     /// `min` and `hour` are accepted too).
-    pub fn parse(text: &str) -> Result<Rate, String> {
-        let bad = || {
-            format!(
-                "bad rate `{text}`: expected \"N/s\", \"N/m\" or \"N/h\" with N a whole number \
-                 from 1 to {MAX_RATE_COUNT}"
-            )
-        };
+    pub fn parse(text: &str) -> Result<Rate, BadRate> {
+        let bad = || BadRate(text.to_owned());
         let (count, unit) = text.split_once('/').ok_or_else(bad)?;
         let count: u64 = count.trim().parse().map_err(|_| bad())?;
         if count == 0 || count > MAX_RATE_COUNT {
@@ -170,8 +174,13 @@ mod tests {
         for bad in [
             "0/s", "-1/s", "1.5/s", "30", "30/d", "/s", "x/s", "30/s/s", "",
         ] {
-            assert!(Rate::parse(bad).is_err(), "{bad}");
+            assert_eq!(Rate::parse(bad), Err(BadRate(bad.into())), "{bad}");
         }
+        assert_eq!(
+            Rate::parse("0/s").unwrap_err().to_string(),
+            "bad rate `0/s`: expected \"N/s\", \"N/m\" or \"N/h\" with N a whole number from 1 \
+             to 1000000000"
+        );
         assert_eq!(
             Rate::parse("30/sec").map(|r| r.to_string()),
             Ok("30/s".into())

@@ -9,8 +9,6 @@
 //! that embeds a graph feeds it and reads it through channels, and runs it on a task
 //! ([`embed`]).
 
-#![warn(missing_docs)]
-
 pub mod compile;
 pub mod component;
 pub mod config;

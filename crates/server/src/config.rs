@@ -94,17 +94,36 @@ pub struct Settings {
     pub ingest_timeout: std::time::Duration,
 }
 
+/// A sidecar option that cannot be used: which key, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{key}`: {message}")]
+pub struct BadSetting {
+    /// The offending key (`listen`, `token`, `allowed_origins`, …).
+    pub key: &'static str,
+    /// What is wrong, for the user.
+    pub message: String,
+}
+
+impl BadSetting {
+    fn new(key: &'static str, message: impl Into<String>) -> BadSetting {
+        BadSetting {
+            key,
+            message: message.into(),
+        }
+    }
+}
+
 impl Settings {
     /// Parses and checks a sidecar's options (no I/O).
     pub fn from_options(options: &Options<'_>) -> Result<Settings, Diagnostic> {
         let config: SidecarConfig = options.parse()?;
-        Settings::check(config).map_err(|(key, msg)| options.error_at(key, msg))
+        Settings::check(config).map_err(|e| options.error_at(e.key, e.message))
     }
 
     /// Checks parsed options; an error names the offending key and what is wrong.
-    pub fn check(config: SidecarConfig) -> Result<Settings, (&'static str, String)> {
+    pub fn check(config: SidecarConfig) -> Result<Settings, BadSetting> {
         let listen = parse_listen(&config.listen).ok_or_else(|| {
-            (
+            BadSetting::new(
                 "listen",
                 format!(
                     "`{}` is not an `IP:PORT` address (e.g. `127.0.0.1:7878`)",
@@ -115,10 +134,10 @@ impl Settings {
         if let Some(Secret(t)) = &config.token
             && t.trim().is_empty()
         {
-            return Err(("token", "the token must not be empty".into()));
+            return Err(BadSetting::new("token", "the token must not be empty"));
         }
         if !listen.ip().is_loopback() && config.token.is_none() {
-            return Err((
+            return Err(BadSetting::new(
                 "listen",
                 format!(
                     "`{listen}` is not a loopback address: set a `token` so that only clients \
@@ -127,15 +146,15 @@ impl Settings {
             ));
         }
         if config.client_queue == 0 {
-            return Err(("client_queue", "must be at least 1".into()));
+            return Err(BadSetting::new("client_queue", "must be at least 1"));
         }
         if config.max_frame == 0 {
-            return Err(("max_frame", "must be at least 1 byte".into()));
+            return Err(BadSetting::new("max_frame", "must be at least 1 byte"));
         }
         if let Some(origins) = &config.allowed_origins {
             for (i, o) in origins.iter().enumerate() {
                 if o != "*" && parse_origin(o.strip_suffix(":*").unwrap_or(o)).is_none() {
-                    return Err((
+                    return Err(BadSetting::new(
                         ORIGIN_KEYS.get(i).copied().unwrap_or("allowed_origins"),
                         format!(
                             "`{o}` is not an origin (`http://host[:port]`, `https://host:*` or `*`)"
@@ -250,9 +269,9 @@ fn parse_origin(origin: &str) -> Option<(String, String, u16)> {
 mod tests {
     use super::*;
 
-    fn settings(toml: &str) -> Result<Settings, (&'static str, String)> {
+    fn settings(toml: &str) -> Result<Settings, BadSetting> {
         let config: SidecarConfig =
-            Options::parse_snippet(toml).map_err(|e| ("parse", e.message))?;
+            Options::parse_snippet(toml).map_err(|e| BadSetting::new("parse", e.message))?;
         Settings::check(config)
     }
 
@@ -269,13 +288,13 @@ mod tests {
 
     #[test]
     fn public_listen_needs_a_token() {
-        let (key, msg) = settings("listen = \"0.0.0.0:7878\"").unwrap_err();
+        let BadSetting { key, message: msg } = settings("listen = \"0.0.0.0:7878\"").unwrap_err();
         assert_eq!(key, "listen");
         assert!(msg.contains("token"), "{msg}");
         assert!(settings("listen = \"0.0.0.0:7878\"\ntoken = \"s3cret\"").is_ok());
         assert!(settings("listen = \"[::1]:0\"").is_ok());
         assert!(settings("listen = \"localhost:9000\"").is_ok());
-        assert_eq!(settings("listen = \"nowhere\"").unwrap_err().0, "listen");
+        assert_eq!(settings("listen = \"nowhere\"").unwrap_err().key, "listen");
     }
 
     #[test]
@@ -327,7 +346,7 @@ mod tests {
         assert_eq!(
             settings("allowed_origins = [\"https://ok\", \"not an origin\"]")
                 .unwrap_err()
-                .0,
+                .key,
             "allowed_origins.1"
         );
     }

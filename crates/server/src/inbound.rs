@@ -178,6 +178,7 @@ mod tests {
                 "control.interrupt",
             ),
             (r#"{"kind":"control","op":"ui-quit"}"#, "control.quit"),
+            (r#"{"kind":"control","op":"step"}"#, "control.step"),
         ];
         for (text, kind) in cases {
             let s = frame(text).unwrap();
@@ -202,6 +203,11 @@ mod tests {
             s.to_value()["payload"],
             json!({"promptId":"ask#1","cancelled":true})
         );
+        let s = frame(r#"{"kind":"answer","prompt-id":"ask#1","value":null}"#).unwrap();
+        assert_eq!(
+            s.to_value()["payload"],
+            json!({"promptId":"ask#1","value":null})
+        );
         let s = frame(r#"{"kind":"answer","prompt-id":"p","value":false,"extra":1}"#).unwrap();
         assert_eq!(s.payload["value"], false);
         assert_eq!(s.meta("unknown").unwrap()["extra"], 1);
@@ -223,6 +229,13 @@ mod tests {
             let err = frame(text).unwrap_err();
             assert!(err.0.contains(expected), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn an_envelope_type_wins_over_kind() {
+        let s =
+            frame(r#"{"type":"user.click","kind":"control","payload":{"target":"b"}}"#).unwrap();
+        assert_eq!(s.kind, "user.click");
     }
 
     #[test]

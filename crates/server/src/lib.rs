@@ -2,7 +2,7 @@
 //!
 //! Sidecar UIs (visualizers, agent TUIs, dashboards) connect and disconnect at will; some
 //! are slow, several watch at once, and the agent behind them never waits for them. One
-//! sidecar output runs one server (design section 5):
+//! sidecar output runs one server:
 //!
 //! - `GET /ws`: WebSocket, one JSON text frame per signal (`?format=escapement`,
 //!   `?since=N` replay, `?types=a,b*`); text frames a UI sends come back into the graph
@@ -25,8 +25,6 @@
 //!
 //! [`tap()`] is the client side: it prints what a running sidecar sends.
 
-#![warn(missing_docs)]
-
 mod config;
 mod http;
 mod hub;
@@ -46,7 +44,7 @@ use patchbay_graph::{
 };
 use tokio::sync::watch;
 
-pub use config::{DEFAULT_LISTEN, Secret, Settings, SidecarConfig};
+pub use config::{BadSetting, DEFAULT_LISTEN, Secret, Settings, SidecarConfig};
 pub use hub::{Format, TypeFilter};
 pub use inbound::{BadFrame, body_to_signals, ui_frame_to_signal, value_to_signal};
 pub use tap::{DEFAULT_TAP_URL, TapError, TapOptions, tap};

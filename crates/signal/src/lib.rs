@@ -8,8 +8,6 @@
 //! turns any envelope-ish JSON into a valid signal ([`normalize`]), dot paths into a signal
 //! ([`path`]) and the id and clock helpers. It does no I/O.
 
-#![warn(missing_docs)]
-
 pub mod control;
 pub mod decode;
 mod id;
@@ -26,6 +24,30 @@ pub use id::next_id;
 
 /// A JSON object, as used for payloads and metadata.
 pub type Object = Map<String, Value>;
+
+/// Removes a string field from `obj` and returns it, for a decoder that moves what it
+/// understands out of an object and keeps the rest (as metadata or payload).
+///
+/// A `null` there is removed too and gives `None` (it says nothing); a field of another
+/// type stays where it is, so that nothing is lost. The other fields keep their order.
+///
+/// ```
+/// use patchbay_signal::{object, take_str};
+/// let mut o = object! { "id" => "a", "n" => 1, "gone" => serde_json::Value::Null };
+/// assert_eq!(take_str(&mut o, "id").as_deref(), Some("a"));
+/// assert_eq!(take_str(&mut o, "n"), None);
+/// assert_eq!(take_str(&mut o, "gone"), None);
+/// assert_eq!(o, object! { "n" => 1 });
+/// ```
+pub fn take_str(obj: &mut Object, key: &str) -> Option<String> {
+    match obj.get(key)? {
+        Value::String(_) | Value::Null => match obj.shift_remove(key)? {
+            Value::String(s) => Some(s),
+            _ => None,
+        },
+        _ => None,
+    }
+}
 
 /// A signal shared between branches of the graph: signals are immutable once emitted.
 pub type SharedSignal = Arc<Signal>;

@@ -8,11 +8,23 @@
 //! [`decoding`] drives a decoder over split input, [`validity`] checks its signals,
 //! [`prng`] and [`random_input`] make seeded random input, [`properties`] runs the shared
 //! property checks, [`throughput`] builds the LLM decoders' bench input, and [`scratch`]
-//! gives the end-to-end tests temporary directories that remove themselves.
-
-#![warn(missing_docs)]
+//! gives the end-to-end tests temporary directories that remove themselves. [`jack`] runs a
+//! JACK server for the MIDI tests.
+//!
+//! End-to-end scenarios that an adapter's tests and the root package's tests (on the
+//! binary) both run are here too, each behind a feature so that a test builds only the
+//! peers it uses: `generic-e2e` (`generic_e2e`: the `websocket` and `sse` sources),
+//! `palyra-e2e` (`palyra_e2e`: a stand-in Palyra daemon) and `jte-wrap-e2e`
+//! (`jte_wrap_e2e`: `wrap --protocol jte` in a pseudo-terminal).
 
 pub mod decoding;
+#[cfg(feature = "generic-e2e")]
+pub mod generic_e2e;
+pub mod jack;
+#[cfg(feature = "jte-wrap-e2e")]
+pub mod jte_wrap_e2e;
+#[cfg(feature = "palyra-e2e")]
+pub mod palyra_e2e;
 pub mod prng;
 pub mod properties;
 pub mod random_input;

@@ -21,8 +21,6 @@
 //! - [`RedactedUrl`]: a URL as it may be logged (password and token-like query values
 //!   replaced by `***`); header values are never shown.
 
-#![warn(missing_docs)]
-
 pub mod backoff;
 mod driver;
 mod headers;

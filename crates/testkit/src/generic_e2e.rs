@@ -1,6 +1,6 @@
-//! The generic `websocket` and `sse` sources end to end, shared by the root test
+//! The generic `websocket` and `sse` sources end to end, run by the root test
 //! `tests/generic_sources.rs` (the binary) and `adapters/websocket/tests/e2e.rs` (the graph
-//! in process).
+//! in process). Behind the `generic-e2e` feature.
 //!
 //! Peers written here: a WebSocket server whose first connection sends three envelopes
 //! and a malformed frame then drops, which refuses connections until the test has seen the
@@ -10,21 +10,19 @@
 //! become `error {code: "bad_frame"}` signals and the connections live on, the headers
 //! arrive, SSE resumes after the last id.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::scratch::ScratchDir;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use axum::routing::get;
 use futures_util::{SinkExt, StreamExt};
-use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response as WsResponse};
@@ -311,7 +309,7 @@ pub async fn run_scenario(patchbay: impl Patchbay, tag: &str) {
             .unwrap_or_else(|| panic!("no bad_frame error from {source}"));
         assert_eq!(bad["payload"]["code"], "bad_frame", "{bad}");
         assert_eq!(bad["payload"]["severity"], "warning", "{bad}");
-        patchbay_testkit::assert_schema_valid(bad);
+        crate::assert_schema_valid(bad);
     }
     // SSE metadata and the resume.
     let resumed = signals

@@ -1,6 +1,7 @@
-//! End-to-end check of `wrap --protocol jte`, shared by the crate's test (which runs the
-//! wrap in a copy of itself) and the root test `tests/jte_wrap.rs` (which runs the real
-//! `patchbay` binary).
+//! End-to-end check of `wrap --protocol jte`, run by the adapter's test
+//! (`adapters/jte/tests/wrap.rs`, which runs the wrap in a copy of itself) and the root test
+//! `tests/jte_wrap.rs` (which runs the real `patchbay` binary). Behind the `jte-wrap-e2e`
+//! feature.
 //!
 //! The test opens a pseudo-terminal itself (the user's terminal) and runs the wrap on it,
 //! with a shell script as the wrapped program. The script prints ordinary output and JSON
@@ -18,7 +19,8 @@
 //!
 //! Timeouts are failure guards only.
 
-#![allow(dead_code)]
+// The test plays the user's terminal: libc calls on the pseudo-terminal it opens.
+#![allow(unsafe_code)]
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -27,11 +29,11 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::scratch::ScratchDir;
 use axum::Router;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{RawQuery, State};
 use axum::routing::{get, post};
-use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -535,15 +537,12 @@ pub fn run_without_patchbay(wrap_command: impl FnOnce(&str, &[String]) -> Comman
 /// its steps, and `control.pause`, `control.continue` and `control.quit` sent by the
 /// sidecar pause, resume and stop it.
 pub fn run_example_agent(wrap_command: impl FnOnce(&str, &[String]) -> Command) {
-    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let example = [
-        "examples/shell-agent.sh",
-        "adapters/jte/examples/shell-agent.sh",
-    ]
-    .iter()
-    .map(|p| here.join(p))
-    .find(|p| p.exists())
-    .expect("the example script");
+    let example = crate::project_root().join("adapters/jte/examples/shell-agent.sh");
+    assert!(
+        example.exists(),
+        "the example script: {}",
+        example.display()
+    );
     let mut session = Session::start(
         |to, program| {
             let mut command = wrap_command(to, program);
@@ -583,6 +582,6 @@ pub fn run_example_agent(wrap_command: impl FnOnce(&str, &[String]) -> Command) 
     assert_eq!(last["payload"]["result"], "quit");
     for s in &signals {
         assert_eq!(s["source"], "jte:sh");
-        patchbay_testkit::assert_schema_valid(s);
+        crate::assert_schema_valid(s);
     }
 }

@@ -1,6 +1,6 @@
-//! End-to-end check of the `palyra` component against a stand-in daemon, shared by the
-//! crate's test (graph run in-process) and the root test `tests/palyra.rs` (the real
-//! `patchbay run`).
+//! End-to-end check of the `palyra` component against a stand-in daemon, run by the
+//! adapter's test (`adapters/palyra/tests/transport.rs`, the graph in process) and the root
+//! test `tests/palyra.rs` (the real `patchbay run`). Behind the `palyra-e2e` feature.
 //!
 //! The stand-in (axum) speaks the realtime WebSocket and the ACP command route, and
 //! checks the bearer token:
@@ -18,20 +18,18 @@
 //! across the retry), the signals in the `file` output (each realtime event exactly once,
 //! in order; the command results as signals), and schema validity.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::scratch::ScratchDir;
 use axum::Router;
 use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 
 /// The run of the tape.
@@ -68,7 +66,7 @@ pub struct Fake {
 }
 
 fn tape_events() -> Vec<Value> {
-    let text = patchbay_testkit::fixture_text("palyra/golden__run_tape_basic.json");
+    let text = crate::fixture_text("palyra/golden__run_tape_basic.json");
     let entries: Vec<Value> = serde_json::from_str(&text).expect("tape");
     let mut frames: Vec<Value> = entries
         .iter()
@@ -481,7 +479,7 @@ pub fn check(fake: &Fake, out: &Path) {
     for s in &signals {
         let kind = s["type"].as_str().unwrap_or("");
         if !kind.contains('.') {
-            patchbay_testkit::assert_schema_valid(s);
+            crate::assert_schema_valid(s);
         }
     }
 }

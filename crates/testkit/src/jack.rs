@@ -9,10 +9,8 @@
 //! leaves its shared-memory files (`/dev/shm/jack_NAME_0_0`, `jack_sem.*_NAME_*`) behind:
 //! they are removed on kill and before every start.
 //!
-//! Included with `#[path]` by the tests that need it (the root `tests/midi_jack.rs` and
-//! `adapters/midi/tests/jack.rs`).
-
-#![allow(dead_code)]
+//! Used by the MIDI tests on JACK (the root `tests/midi_jack.rs` and
+//! `adapters/midi/tests/jack.rs`) and by the `midi_latency` example.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
