@@ -66,6 +66,14 @@ impl Default for SidecarConfig {
 #[serde(transparent)]
 pub struct Secret(pub String);
 
+impl Secret {
+    /// Whether `given` is this secret, compared in time independent of where they differ.
+    pub fn matches(&self, given: &str) -> bool {
+        let (a, b) = (given.as_bytes(), self.0.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Secret(***)")
@@ -193,7 +201,10 @@ const ORIGIN_KEYS: [&str; 8] = [
     "allowed_origins.7",
 ];
 
-fn parse_listen(text: &str) -> Option<SocketAddr> {
+/// Parses a `listen` option: `IP:PORT`, or `localhost:PORT` for `127.0.0.1:PORT` (no
+/// name lookup). Other listening components use it so that `listen` reads the same
+/// everywhere.
+pub fn parse_listen(text: &str) -> Option<SocketAddr> {
     let text = text.trim();
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Some(addr);
