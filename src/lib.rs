@@ -15,6 +15,8 @@ mod commands;
 mod components;
 mod discover;
 pub mod discovery;
+#[cfg(feature = "claude-code")]
+mod hooks;
 #[cfg(feature = "midi")]
 mod midi;
 mod parse;
@@ -108,6 +110,12 @@ enum Command {
         #[arg(required = true, last = true)]
         command: Vec<String>,
     },
+    /// Claude Code's hooks: install, uninstall, status (and `emit`, what they run).
+    #[cfg(feature = "claude-code")]
+    Hooks {
+        #[command(subcommand)]
+        command: hooks::HooksCommand,
+    },
     /// Print the signals flowing through a running patchbay's sidecar.
     Tap {
         /// The sidecar's WebSocket URL.
@@ -185,6 +193,8 @@ pub fn main() -> ExitCode {
             name,
             command,
         } => commands::wrap(&protocol, to, name, command),
+        #[cfg(feature = "claude-code")]
+        Command::Hooks { command } => hooks::run(command),
         Command::Tap {
             url,
             types,

@@ -25,7 +25,7 @@ pub enum ClientError {
 }
 
 fn client(timeout: Duration) -> Result<reqwest::Client, ClientError> {
-    reqwest::Client::builder()
+    patchbay_http::client_builder()
         .timeout(timeout)
         .connect_timeout(timeout)
         .no_proxy()
