@@ -145,8 +145,8 @@ fn resolve(endpoint: &Endpoint) -> anyhow::Result<Resolved> {
     }
     let mut found = Vec::new();
     for file in &files {
-        let table: toml::Table = toml::from_str(&file.text)
-            .with_context(|| format!("{}: not TOML", file.path))?;
+        let table: toml::Table =
+            toml::from_str(&file.text).with_context(|| format!("{}: not TOML", file.path))?;
         for section in ["sources", "outputs"] {
             let Some(components) = table.get(section).and_then(toml::Value::as_table) else {
                 continue;
@@ -225,7 +225,12 @@ fn write_settings(file: &Path, value: &Value) -> anyhow::Result<()> {
     })
 }
 
-fn install(target: &Target, endpoint: &Endpoint, gate: bool, events: &str) -> anyhow::Result<ExitCode> {
+fn install(
+    target: &Target,
+    endpoint: &Endpoint,
+    gate: bool,
+    events: &str,
+) -> anyhow::Result<ExitCode> {
     let file = target.file()?;
     let resolved = resolve(endpoint)?;
     let gate = match (gate, resolved.gate) {
