@@ -48,15 +48,15 @@ impl TranscriptReader {
     /// shrank (rewritten) is read from its start again.
     pub fn new_lines(&mut self, path: &Path) -> Vec<String> {
         self.tick += 1;
-        if !self.files.contains_key(path) && self.files.len() >= FILES_KEPT {
-            if let Some(oldest) = self
+        if !self.files.contains_key(path)
+            && self.files.len() >= FILES_KEPT
+            && let Some(oldest) = self
                 .files
                 .iter()
                 .min_by_key(|(_, f)| f.used)
                 .map(|(p, _)| p.clone())
-            {
-                self.files.remove(&oldest);
-            }
+        {
+            self.files.remove(&oldest);
         }
         let state = self.files.entry(path.to_owned()).or_default();
         state.used = self.tick;

@@ -328,7 +328,7 @@ fn answer(shared: &Shared, signal: &Signal) {
         Err(e) => {
             shared
                 .stats
-                .record_error(&format!("claude_code: control.answer ignored: {e}"));
+                .record_error(format!("claude_code: control.answer ignored: {e}"));
             return;
         }
     };
