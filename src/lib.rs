@@ -14,6 +14,8 @@ mod components;
 mod config_files;
 mod discover;
 pub mod discovery;
+#[cfg(feature = "claude-code")]
+mod hooks;
 mod instance;
 #[cfg(feature = "midi")]
 mod midi;
@@ -125,6 +127,12 @@ enum Command {
         #[arg(required = true, last = true)]
         command: Vec<String>,
     },
+    /// Claude Code's hooks: install, uninstall, status (and `emit`, what they run).
+    #[cfg(feature = "claude-code")]
+    Hooks {
+        #[command(subcommand)]
+        command: hooks::HooksCommand,
+    },
     /// Print the signals flowing through a running patchbay's sidecar.
     Tap(commands::TapArgs),
 }
@@ -235,6 +243,8 @@ pub fn main() -> ExitCode {
             name,
             command,
         } => commands::wrap(&protocol, to, name, command),
+        #[cfg(feature = "claude-code")]
+        Command::Hooks { command } => hooks::run(command),
         Command::Tap(args) => commands::tap(args),
     };
     match result {

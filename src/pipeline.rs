@@ -2,32 +2,66 @@
 
 use patchbay_graph::{Adapter, Probe, Registry};
 
-/// The pipeline `patchbay run` uses without a config: a sidecar on 127.0.0.1:7878 that
-/// serves what is posted to it (and NDJSON piped on standard input) to every UI, a log of
-/// the same signals on standard output (readable on a terminal, NDJSON when piped), and
-/// discovery of the local services.
-pub const DEFAULT_PIPELINE: &str = r#"# patchbay's built-in default pipeline.
+/// The default pipeline's text, with what Claude Code adds when this build has it.
+macro_rules! default_pipeline {
+    ($claude_inbound:literal, $claude:literal) => {
+        concat!(
+            r#"# patchbay's built-in default pipeline.
 [sources.stdin]
 type = "stdin"
 
 [outputs.ui]
 type = "sidecar"
-inputs = ["ui.inbound", "stdin"]
+inputs = ["ui.inbound", "stdin""#,
+            $claude_inbound,
+            r#"]
 listen = "127.0.0.1:7878"
 
 [outputs.log]
 type = "stdout"
-inputs = ["ui.inbound", "stdin"]
+inputs = ["ui.inbound", "stdin""#,
+            $claude_inbound,
+            r#"]
 format = "auto"
 when_full = "drop_oldest"    # a slow terminal never holds up the UIs
-
+"#,
+            $claude,
+            r#"
 # Local services (Ollama, LM Studio, an OpenClaw gateway, MIDI ports) as `local:<service>`
 # sources: their health says what is there, and `discovery.found` / `discovery.lost`
 # signals tell the UIs when that changes.
 [discovery]
 enabled = true
 connect = ["ui", "log"]
-"#;
+"#
+        )
+    };
+}
+
+/// The pipeline `patchbay run` uses without a config: a sidecar on 127.0.0.1:7878 that
+/// serves what is posted to it (and NDJSON piped on standard input) to every UI, a log of
+/// the same signals on standard output (readable on a terminal, NDJSON when piped), Claude
+/// Code's hook endpoint on 127.0.0.1:7879 (`patchbay hooks install` points Claude Code at
+/// it; a UI's `control.answer` reaches it), and discovery of the local services.
+#[cfg(feature = "claude-code")]
+pub const DEFAULT_PIPELINE: &str = default_pipeline!(
+    r#", "claude.inbound""#,
+    r#"
+# Claude Code's hooks post here (`patchbay hooks install`); a UI's `control.answer`
+# reaches it for a gate (none by default: add `gate = { tools = ["Bash"] }` in a config).
+[outputs.claude]
+type = "claude_code"
+inputs = ["ui.inbound"]
+listen = "127.0.0.1:7879"
+"#
+);
+
+/// The pipeline `patchbay run` uses without a config: a sidecar on 127.0.0.1:7878 that
+/// serves what is posted to it (and NDJSON piped on standard input) to every UI, a log of
+/// the same signals on standard output (readable on a terminal, NDJSON when piped), and
+/// discovery of the local services.
+#[cfg(not(feature = "claude-code"))]
+pub const DEFAULT_PIPELINE: &str = default_pipeline!("", "");
 
 /// Every adapter this build has: the one list everything that enumerates components is
 /// derived from (the registry, `parse`, `wrap`, `components`). Adding an adapter is one
@@ -56,6 +90,8 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_palyra::ADAPTER,
     #[cfg(feature = "jte")]
     &patchbay_jte::ADAPTER,
+    #[cfg(feature = "claude-code")]
+    &patchbay_claude_code::ADAPTER,
     #[cfg(feature = "midi")]
     &patchbay_midi::ADAPTER,
 ];

@@ -218,7 +218,10 @@ const ORIGIN_KEYS: [&str; 8] = [
     "allowed_origins.7",
 ];
 
-fn parse_listen(text: &str) -> Option<SocketAddr> {
+/// Parses a `listen` option: `IP:PORT`, or `localhost:PORT` for `127.0.0.1:PORT` (no
+/// name lookup). Other listening components use it so that `listen` reads the same
+/// everywhere.
+pub fn parse_listen(text: &str) -> Option<SocketAddr> {
     let text = text.trim();
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Some(addr);

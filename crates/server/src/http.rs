@@ -21,7 +21,7 @@ use patchbay_signal::normalize::Normalizer;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::config::{Secret, Settings};
+use crate::config::Settings;
 use crate::hub::{
     Format, Frame, Hub, Outgoing, Replay, Subscription, TypeFilter, cut_reason, gap_text,
 };
@@ -245,14 +245,14 @@ fn authorize(
             return Err(Refusal::new(StatusCode::FORBIDDEN, "origin not allowed"));
         }
     }
-    if let Some(Secret(token)) = &state.settings.token {
+    if let Some(secret) = &state.settings.token {
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
         let given = bearer.or(query_token);
-        if !given.is_some_and(|g| same_secret(g, token)) {
+        if !given.is_some_and(|g| secret.matches(g)) {
             return Err(Refusal::new(
                 StatusCode::UNAUTHORIZED,
                 "missing or wrong bearer token",
@@ -260,15 +260,6 @@ fn authorize(
         }
     }
     Ok(())
-}
-
-/// Compares secrets in time independent of where they differ.
-fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 async fn ws_handler(

@@ -44,7 +44,7 @@ use patchbay_graph::{
 };
 use tokio::sync::watch;
 
-pub use config::{BadSetting, DEFAULT_LISTEN, Secret, Settings, SidecarConfig};
+pub use config::{BadSetting, DEFAULT_LISTEN, Secret, Settings, SidecarConfig, parse_listen};
 pub use hub::{Format, TypeFilter};
 pub use inbound::{BadFrame, body_to_signals, ui_frame_to_signal, value_to_signal};
 pub use tap::{DEFAULT_TAP_URL, TapError, TapOptions, tap};

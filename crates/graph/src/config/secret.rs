@@ -15,6 +15,13 @@ impl Secret {
     pub fn is_blank(&self) -> bool {
         self.0.trim().is_empty()
     }
+
+    /// Whether `given` is this secret, compared in a time that does not depend on where
+    /// they differ (a token check must not tell an attacker how much it got right).
+    pub fn matches(&self, given: &str) -> bool {
+        let (a, b) = (given.as_bytes(), self.0.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
 }
 
 impl fmt::Debug for Secret {

@@ -1,0 +1,133 @@
+//! The Claude Code adapter: every hook event as signals, and a tool-call gate.
+//!
+//! Claude Code runs hooks for its events: a command (the event's JSON on stdin) or, with
+//! `"type": "http"`, a POST of the same JSON; it obeys the decision in the answer. The
+//! recorded payloads and what Claude Code 2.1.328 was seen to do are in
+//! `tests/fixtures/README.md`.
+//!
+//! - [`HookDecoder`] turns hook payloads into signals (pure, no I/O);
+//!   [`transcript`] turns the session transcript's assistant messages into `token_usage`.
+//! - [`gate`]: which calls are held and the answers Claude Code honours.
+//! - [`settings`]: patchbay's hooks in Claude Code's settings files (`patchbay hooks`).
+//! - The transport, `type = "claude_code"` ([`ClaudeCodeConfig`]): the endpoint the
+//!   hooks post to, `http://LISTEN/hook`. Under `[sources.NAME]` it only listens; under
+//!   `[outputs.NAME]` its `inputs` bring `control.answer` signals for the gate (other
+//!   signals are let through unused) and its signals come out of `NAME.inbound`.
+//! - [`probe`]: `local:claude-code` for `patchbay discover`.
+//!
+//! # Signals
+//!
+//! `agentId` is the session (`session_id`), or for a subagent's events its `agent_id`
+//! (then `metadata.parentAgentId` is the session, so that a UI can nest it).
+//! `correlationId` is the tool call (`tool_use_id`) for `tool_call`/`tool_result`, else
+//! the turn (`prompt_id`), else the session. Metadata: `hookEvent`, `sessionId`,
+//! `promptId`, `cwd`, `transcriptPath`, `permissionMode` (and `subagentId`, `agentType`).
+//!
+//! | event | signals |
+//! |---|---|
+//! | `PreToolUse` | `tool_call {toolName, input, callId}`, `agent_state_change → acting` |
+//! | `PostToolUse` | `tool_result {success: true, output: tool_response}`, `→ thinking` |
+//! | `PostToolUseFailure` | `tool_result {success: false, output: {error, isInterrupt}}`, `→ thinking` |
+//! | `PostToolBatch` | `claude_code.tool_batch` |
+//! | `UserPromptSubmit` | `task_dispatch {taskId: prompt_id, from: "user", to, description: prompt}`, `→ thinking` |
+//! | `UserPromptExpansion` | `claude_code.user_prompt_expansion` |
+//! | `MessageDisplay` | `text_delta {content: delta, index}` |
+//! | `SessionStart` | `claude_code.session_start`, `→ idle` |
+//! | `Stop` / `SubagentStop` | `claude_code.stop` / `.subagent_stop`, `→ idle` / `→ done`, then `token_usage` per new assistant message of the transcript |
+//! | `StopFailure` | `claude_code.stop_failure`, `→ error`, `error` |
+//! | `SessionEnd` | `claude_code.session_end`, `→ done` |
+//! | `SubagentStart` | `claude_code.subagent_start`, `→ thinking` |
+//! | `PreCompact` / `PostCompact` | `claude_code.pre_compact` / `.post_compact`, `→ thinking` |
+//! | `PermissionRequest` / `Notification` | `claude_code.permission_request` / `.notification`, `→ waiting` |
+//! | any other event | `claude_code.<event in snake case>` with its fields |
+//!
+//! A `claude_code.<event>` payload is the hook's JSON without the shared fields (which
+//! are in metadata).
+//!
+//! # The gate
+//!
+//! With `gate = { tools = ["Bash"], timeout_ms = 30000, default = "ask" }` a
+//! `PreToolUse` (or `PermissionRequest`) of a held tool waits: `agent_state_change →
+//! waiting` and `claude_code.approval_request {promptId, toolName, input, timeoutMs,
+//! default}` go out; a `control.answer {promptId, value: "allow" | "deny" | "ask"}` at
+//! the component's inputs (without `promptId`: the oldest waiting call) decides it, else
+//! the `default` after `timeout_ms`. Then `claude_code.approval_decided {promptId,
+//! toolName, decision, reason}` and the state change, and Claude Code gets the decision
+//! with a reason naming who decided. A `PermissionRequest` for a call already decided
+//! at its `PreToolUse` gets the same decision without asking again.
+
+#![warn(missing_docs)]
+
+pub mod client;
+mod decode;
+pub mod gate;
+pub mod probe;
+pub mod settings;
+pub mod transcript;
+mod transport;
+
+pub use decode::{HookDecoder, agent_of, event_type};
+pub use transport::{ClaudeCodeConfig, DEFAULT_LISTEN, Settings};
+
+use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_signal::decode::{LineSplitter, StreamDecoder};
+use patchbay_signal::normalize::Decoded;
+
+/// `type = "claude_code"`: the hook endpoint (a source that listens, or an output that
+/// also takes `control.answer` for the gate), the decoder of `patchbay parse --protocol
+/// claude_code` (hook payloads, one JSON object a line), and the `claude-code` probe.
+pub const ADAPTER: Adapter = Adapter {
+    name: "claude_code",
+    protocol: "claude_code",
+    summary: "Claude Code through its hooks, with a tool-call gate",
+    components: &[ComponentType {
+        name: "claude_code",
+        summary: "Claude Code's hook endpoint: every hook event in, control.answer for the gate",
+        role: Role::Link {
+            source: transport::build_source,
+            output: transport::build_output,
+        },
+        options: options_of::<ClaudeCodeConfig>,
+    }],
+    parse: Some(parse_decoder),
+    wrap: None,
+    probes: &[probe::PROBE],
+};
+
+/// The decoder of `patchbay parse --protocol claude_code`: hook payloads, one JSON object
+/// a line (as a command hook would log them).
+pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
+    Box::new(HookLines {
+        lines: LineSplitter::new(),
+        decoder: HookDecoder::new(source),
+    })
+}
+
+struct HookLines {
+    lines: LineSplitter,
+    decoder: HookDecoder,
+}
+
+impl HookLines {
+    fn line(decoder: &mut HookDecoder, line: Result<&str, &str>, out: &mut Vec<Decoded>) {
+        let text = match line {
+            Ok(text) | Err(text) => text,
+        };
+        if !text.trim().is_empty() {
+            decoder.decode_bytes(text.as_bytes(), out);
+        }
+    }
+}
+
+impl StreamDecoder for HookLines {
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
+        let decoder = &mut self.decoder;
+        self.lines
+            .feed(bytes, |line| Self::line(decoder, line, out));
+    }
+
+    fn finish(&mut self, out: &mut Vec<Decoded>) {
+        let decoder = &mut self.decoder;
+        self.lines.finish(|line| Self::line(decoder, line, out));
+    }
+}
