@@ -58,6 +58,8 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_jte::ADAPTER,
     #[cfg(feature = "midi")]
     &patchbay_midi::ADAPTER,
+    #[cfg(feature = "webhook")]
+    &patchbay_webhook::ADAPTER,
 ];
 
 /// Every component type this build knows, and the `[discovery]` section.
