@@ -60,6 +60,8 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_midi::ADAPTER,
     #[cfg(feature = "webhook")]
     &patchbay_webhook::ADAPTER,
+    #[cfg(feature = "nats")]
+    &patchbay_nats::ADAPTER,
 ];
 
 /// Every component type this build knows, and the `[discovery]` section.
