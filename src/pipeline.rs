@@ -94,6 +94,10 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_claude_code::ADAPTER,
     #[cfg(feature = "midi")]
     &patchbay_midi::ADAPTER,
+    #[cfg(feature = "webhook")]
+    &patchbay_webhook::ADAPTER,
+    #[cfg(feature = "nats")]
+    &patchbay_nats::ADAPTER,
 ];
 
 /// Every component type this build knows, and the `[discovery]` section.

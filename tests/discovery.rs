@@ -373,6 +373,7 @@ fn shape(graph: &Graph) -> Vec<String> {
                 .map(|e| match e.port {
                     Port::Main => graph.nodes[e.from].name.clone(),
                     Port::Dropped => format!("{}.dropped", graph.nodes[e.from].name),
+                    Port::Named(i) => format!("{}.<{i}>", graph.nodes[e.from].name),
                 })
                 .collect();
             format!(

@@ -47,11 +47,11 @@ pub(crate) struct KeyTimers<S> {
 }
 
 impl<S> KeyTimers<S> {
-    /// No keys, keyed by the value at `path` (one shared key without a path), at most
+    /// No keys, keyed by the values at `paths` (one shared key without a path), at most
     /// `max_keys` of them.
-    pub(crate) fn new(path: Option<Path>, max_keys: usize) -> Self {
+    pub(crate) fn new(paths: impl IntoIterator<Item = Path>, max_keys: usize) -> Self {
         KeyTimers {
-            keys: Keyed::new(path, max_keys),
+            keys: Keyed::new(paths, max_keys),
             timers: Timers::default(),
             seq: 0,
             now: i64::MIN,
@@ -147,6 +147,51 @@ impl<S> KeyTimers<S> {
         let seq = self.seq;
         entry.held = Some(Held { signal, due, seq });
         self.timers.insert(due, seq, slot);
+    }
+
+    /// The slot of `signal`'s key if it is remembered.
+    pub(crate) fn find(&self, signal: &Signal) -> Option<Slot> {
+        self.keys.find(signal)
+    }
+
+    /// The signal the key at `slot` holds, to change in place (its timer is unchanged).
+    pub(crate) fn held_mut(&mut self, slot: Slot) -> Option<&mut SharedSignal> {
+        self.keys
+            .get_mut(slot)?
+            .held
+            .as_mut()
+            .map(|h| &mut h.signal)
+    }
+
+    /// Takes the signal the key at `slot` holds, cancelling its timer (the key is kept).
+    pub(crate) fn take(&mut self, slot: Slot) -> Option<SharedSignal> {
+        let held = self.keys.get_mut(slot)?.held.take()?;
+        self.timers.remove(held.due, held.seq);
+        Some(held.signal)
+    }
+
+    /// Takes the earliest held signal that was held before the one `slot` holds (its timer
+    /// due earlier, or at the same time and held first), so that a filter releasing
+    /// `slot` early can first release what came before it.
+    pub(crate) fn pop_before(&mut self, slot: Slot) -> Option<Release> {
+        let (due, seq) = {
+            let held = self.keys.get(slot)?.held.as_ref()?;
+            (held.due, held.seq)
+        };
+        loop {
+            let (first, other) = self.timers.first()?;
+            if first >= (due, seq) {
+                return None;
+            }
+            self.timers.remove(first.0, first.1);
+            if let Some(held) = self.keys.get_mut(other).and_then(|e| e.held.take()) {
+                return Some(Release {
+                    due: held.due,
+                    slot: other,
+                    signal: held.signal,
+                });
+            }
+        }
     }
 
     /// Forgets the key at `slot`, returning its state: for a key whose signal was just

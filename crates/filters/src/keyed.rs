@@ -42,6 +42,40 @@ impl Key {
         Key::Json(text.into())
     }
 
+    /// The key of `signal` under several paths together (one shared key without any).
+    pub(crate) fn of_paths(paths: &[Path], signal: &Signal) -> Key {
+        match paths {
+            [] => Key::Absent,
+            [path] => Key::of(Some(path), signal),
+            _ => {
+                // Each part's own key, tagged and comma-separated: JSON strings are quoted
+                // and JSON values are whole, so the text splits back one way only.
+                let mut text = String::new();
+                for (i, path) in paths.iter().enumerate() {
+                    if i > 0 {
+                        text.push(',');
+                    }
+                    match Key::of(Some(path), signal) {
+                        Key::Absent => text.push('~'),
+                        Key::Str(s) => write_string(&s, &mut text),
+                        Key::Json(j) => {
+                            text.push('=');
+                            text.push_str(&j);
+                        }
+                    }
+                }
+                Key::Json(text.into())
+            }
+        }
+    }
+
+    /// The key of a whole JSON value, canonical (object keys sorted, numbers by value).
+    pub(crate) fn of_value(value: &Value) -> Key {
+        let mut text = String::new();
+        write_value(value, &mut text, 0);
+        Key::Json(text.into())
+    }
+
     /// A stable 64-bit hash (FNV-1a), the same in every process: seeds per-key random
     /// streams, so `sample`'s choices for a key do not depend on other keys' traffic.
     pub(crate) fn stable_hash(&self) -> u64 {
@@ -140,7 +174,7 @@ struct Entry<S> {
 /// least recently used key is evicted and its state handed back, so that the filter can
 /// first emit what that key holds.
 pub(crate) struct Keyed<S> {
-    path: Option<Path>,
+    paths: Vec<Path>,
     max_keys: usize,
     index: HashMap<Key, Slot>,
     entries: Vec<Option<Entry<S>>>,
@@ -150,10 +184,10 @@ pub(crate) struct Keyed<S> {
 }
 
 impl<S> Keyed<S> {
-    /// An empty map keyed by the value at `path` (one shared key without a path).
-    pub(crate) fn new(path: Option<Path>, max_keys: usize) -> Self {
+    /// An empty map keyed by the values at `paths` (one shared key without a path).
+    pub(crate) fn new(paths: impl IntoIterator<Item = Path>, max_keys: usize) -> Self {
         Keyed {
-            path,
+            paths: paths.into_iter().collect(),
             max_keys: max_keys.max(1),
             index: HashMap::new(),
             entries: Vec::new(),
@@ -165,7 +199,7 @@ impl<S> Keyed<S> {
 
     /// Whether a `key` path is configured.
     pub(crate) fn is_keyed(&self) -> bool {
-        self.path.is_some()
+        !self.paths.is_empty()
     }
 
     /// The state of `signal`'s key, marked most recently used; created by `make` when the
@@ -175,7 +209,16 @@ impl<S> Keyed<S> {
         signal: &Signal,
         make: impl FnOnce(&Key) -> S,
     ) -> (Slot, Option<S>) {
-        let key = Key::of(self.path.as_ref(), signal);
+        let key = Key::of_paths(&self.paths, signal);
+        self.entry_for(key, make)
+    }
+
+    /// Like [`Keyed::entry`], for a key computed by the filter.
+    pub(crate) fn entry_for(
+        &mut self,
+        key: Key,
+        make: impl FnOnce(&Key) -> S,
+    ) -> (Slot, Option<S>) {
         if let Some(&slot) = self.index.get(&key) {
             self.touch(slot);
             return (slot, None);
@@ -208,6 +251,11 @@ impl<S> Keyed<S> {
         self.index.insert(key, slot);
         self.link_newest(slot);
         (slot, evicted)
+    }
+
+    /// The slot of `signal`'s key if it is remembered (not marked as used).
+    pub(crate) fn find(&self, signal: &Signal) -> Option<Slot> {
+        self.index.get(&Key::of_paths(&self.paths, signal)).copied()
     }
 
     /// The state at `slot`, to read.
@@ -309,6 +357,11 @@ impl Timers {
     /// The earliest due time.
     pub(crate) fn next_due(&self) -> Option<i64> {
         self.queue.first_key_value().map(|(&(due, _), _)| due)
+    }
+
+    /// The earliest timer: `((due, seq), slot)`.
+    pub(crate) fn first(&self) -> Option<((i64, u64), Slot)> {
+        self.queue.first_key_value().map(|(&k, &slot)| (k, slot))
     }
 
     /// Takes the earliest timer if it is due at or before `now`.

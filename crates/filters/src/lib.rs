@@ -1,4 +1,5 @@
-//! patchbay's built-in filters: `throttle`, `sample`, `delta`, `when` and `map`.
+//! patchbay's built-in filters: `throttle`, `sample`, `delta`, `when`, `map`, `route`,
+//! `dedupe`, `coalesce` and `debounce`.
 //!
 //! Each filter is a pure, synchronous state machine implementing
 //! [`patchbay_graph::Filter`]: the runtime owns the clock, fires timers through
@@ -8,22 +9,28 @@
 //! gives the same output.
 //!
 //! Config is checked at load: every option is deserialized into a documented config struct
-//! ([`ThrottleConfig`], [`SampleConfig`], [`DeltaConfig`], [`WhenConfig`], [`MapConfig`]);
+//! ([`ThrottleConfig`], [`SampleConfig`], [`DeltaConfig`], [`WhenConfig`], [`MapConfig`],
+//! [`RouteConfig`], [`DedupeConfig`], [`CoalesceConfig`], [`DebounceConfig`]);
 //! a bad value (an interval of 0, a ratio outside `0..=1`, a bad regex or jq expression, …)
 //! is reported at its `FILE:LINE:COL`.
 //!
 //! What a filter drops or replaces leaves by its `NAME.dropped` port
-//! ([`Emit::drop`](patchbay_graph::Emit::drop)); nothing a filter accepted is silently
+//! ([`Emit::drop`](patchbay_graph::Emit::drop)); `route` sends each branch out of its own
+//! port, `NAME.<branch>` ([`Emit::to`](patchbay_graph::Emit::to)); nothing a filter accepted is silently
 //! lost: held signals are emitted at end of input, on a `reset` signal and when their key is
 //! evicted by `max_keys`.
 
+pub mod coalesce;
 pub mod condition;
+pub mod debounce;
+pub mod dedupe;
 pub mod delta;
 pub mod jq;
 mod key_timers;
 mod keyed;
 pub mod map;
 pub mod options;
+pub mod route;
 pub mod sample;
 pub mod throttle;
 pub mod when;
@@ -35,11 +42,15 @@ mod testing;
 
 use patchbay_graph::{Adapter, ComponentType, Diagnostic, Options, Role, options_of};
 
+pub use coalesce::{Coalesce, CoalesceConfig};
 pub use condition::Condition;
+pub use debounce::{Debounce, DebounceConfig};
+pub use dedupe::{Dedupe, DedupeConfig};
 pub use delta::{Delta, DeltaConfig};
 pub use jq::JqExpr;
 pub use map::{Map, MapConfig, Mapping, ScaleConfig, ScaleFn};
-pub use options::{DotPath, Rate};
+pub use options::{DotPath, KeyPaths, Rate};
+pub use route::{Route, RouteConfig};
 pub use sample::{Sample, SampleConfig};
 pub use throttle::{EmitMode, Throttle, ThrottleConfig};
 pub use when::{When, WhenConfig};
@@ -48,7 +59,8 @@ pub use when::{When, WhenConfig};
 pub const ADAPTER: Adapter = Adapter {
     name: "filters",
     protocol: "filters",
-    summary: "built-in filters: rate limits, sampling, change detection, conditions, mapping",
+    summary: "built-in filters: rate limits, sampling, change detection, conditions, mapping, \
+              routing, deduplication, merging of deltas, debouncing",
     components: &[
         ComponentType {
             name: "throttle",
@@ -79,6 +91,30 @@ pub const ADAPTER: Adapter = Adapter {
             summary: "rewrite signals: set, rename, scale, retype, or a jq expression",
             role: Role::Filter(map::build),
             options: options_of::<MapConfig>,
+        },
+        ComponentType {
+            name: "route",
+            summary: "named branches by condition, each its own output `NAME.<branch>`",
+            role: Role::Filter(route::build),
+            options: options_of::<RouteConfig>,
+        },
+        ComponentType {
+            name: "dedupe",
+            summary: "drop a signal whose fields were seen recently",
+            role: Role::Filter(dedupe::build),
+            options: options_of::<DedupeConfig>,
+        },
+        ComponentType {
+            name: "coalesce",
+            summary: "merge runs of streaming deltas into one signal per window",
+            role: Role::Filter(coalesce::build),
+            options: options_of::<CoalesceConfig>,
+        },
+        ComponentType {
+            name: "debounce",
+            summary: "per key, the last signal once the key has been quiet",
+            role: Role::Filter(debounce::build),
+            options: options_of::<DebounceConfig>,
         },
     ],
     parse: None,

@@ -17,11 +17,64 @@ pub struct DotPath(pub Path);
 
 patchbay_graph::described_as!(DotPath, {"type": "string"});
 patchbay_graph::described_as!(Rate, {"type": "string"});
+patchbay_graph::described_as!(KeyPaths, {"type": ["string", "array"], "items": {"type": "string"}});
 
 impl<'de> Deserialize<'de> for DotPath {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         parse_path(&text).map(DotPath).map_err(D::Error::custom)
+    }
+}
+
+/// The `key` of the filters that follow agent streams (`coalesce`, `debounce`): one path or
+/// several, whose values together are the key; `[]` for one shared key. Defaults to
+/// `["agentId", "correlationId"]`: one key per agent and conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPaths(pub Vec<Path>);
+
+impl Default for KeyPaths {
+    fn default() -> Self {
+        KeyPaths(
+            ["agentId", "correlationId"]
+                .iter()
+                .filter_map(|p| Path::parse(p).ok())
+                .collect(),
+        )
+    }
+}
+
+impl serde::Serialize for KeyPaths {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|p| p.to_string()))
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyPaths {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            One(String),
+            Many(Vec<String>),
+        }
+        let texts = match Written::deserialize(deserializer)
+            .map_err(|_| D::Error::custom("expected a path or an array of paths"))?
+        {
+            Written::One(text) => vec![text],
+            Written::Many(texts) => texts,
+        };
+        texts
+            .iter()
+            .map(|t| parse_path(t))
+            .collect::<Result<Vec<_>, _>>()
+            .map(KeyPaths)
+            .map_err(D::Error::custom)
+    }
+}
+
+impl serde::Serialize for DotPath {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
     }
 }
 

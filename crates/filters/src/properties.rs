@@ -163,7 +163,12 @@ fn leading_throttle_passes_exactly_when_a_full_interval_elapsed() {
 }
 
 #[test]
-fn builders_are_the_five_filters() {
+fn builders_are_the_nine_filters() {
     let names: Vec<&str> = ADAPTER.components.iter().map(|c| c.name).collect();
-    assert_eq!(names, ["throttle", "sample", "delta", "when", "map"]);
+    assert_eq!(
+        names,
+        [
+            "throttle", "sample", "delta", "when", "map", "route", "dedupe", "coalesce", "debounce"
+        ]
+    );
 }

@@ -105,7 +105,7 @@ pub(crate) fn reset(ts: i64) -> Signal {
     s
 }
 
-/// `n` for the main port, `-n` for `.dropped`.
+/// `n` for the main port, `-n` for `.dropped`, `N:n` for the named port `N`.
 pub(crate) fn labels(out: &[(Port, SharedSignal)]) -> Vec<String> {
     out.iter()
         .map(|(port, s)| {
@@ -118,6 +118,7 @@ pub(crate) fn labels(out: &[(Port, SharedSignal)]) -> Vec<String> {
             match port {
                 Port::Main => n,
                 Port::Dropped => format!("-{n}"),
+                Port::Named(p) => format!("{p}:{n}"),
             }
         })
         .collect()

@@ -31,8 +31,8 @@ pub type Sink<'a> = dyn FnMut(usize, SharedSignal) + 'a;
 /// The graph's filters and wiring, ready to move signals.
 pub struct Engine {
     slots: Vec<Slot>,
-    /// `consumers[node][port]`: the nodes fed by that port (port 0 main, 1 dropped).
-    consumers: Vec<[Vec<usize>; 2]>,
+    /// `consumers[node][port]`: the nodes fed by that port (see [`port_index`]).
+    consumers: Vec<Vec<Vec<usize>>>,
     /// Edges from producers that have not ended yet, per node.
     live_inputs: Vec<usize>,
     ended: Vec<bool>,
@@ -41,21 +41,28 @@ pub struct Engine {
     spare: Vec<Emit>,
 }
 
+/// 0 main, 1 dropped, then the named outputs.
 fn port_index(port: Port) -> usize {
     match port {
         Port::Main => 0,
         Port::Dropped => 1,
+        Port::Named(i) => 2 + usize::from(i),
     }
 }
 
 impl Engine {
     /// Builds the engine for a graph's nodes, with one stats handle per node.
     pub fn new(nodes: &[Node], stats: Vec<Arc<ComponentStats>>) -> Engine {
-        let mut consumers = vec![[Vec::new(), Vec::new()]; nodes.len()];
+        let mut consumers = vec![vec![Vec::new(), Vec::new()]; nodes.len()];
         let mut live_inputs = vec![0; nodes.len()];
         for (i, node) in nodes.iter().enumerate() {
             for e in &node.inputs {
-                consumers[e.from][port_index(e.port)].push(i);
+                let ports: &mut Vec<Vec<usize>> = &mut consumers[e.from];
+                let p = port_index(e.port);
+                if ports.len() <= p {
+                    ports.resize(p + 1, Vec::new());
+                }
+                ports[p].push(i);
                 live_inputs[i] += 1;
             }
         }
@@ -206,7 +213,7 @@ impl Engine {
             }
         }
         let p = port_index(port);
-        let Some((&last, rest)) = self.consumers[from][p].split_last() else {
+        let Some((&last, rest)) = self.consumers[from].get(p).and_then(|c| c.split_last()) else {
             return;
         };
         // The last consumer gets the signal itself: when nothing else holds it, a filter
@@ -259,7 +266,7 @@ impl Engine {
         for (port, s) in emit.drain() {
             let stats = &self.stats[node];
             match port {
-                Port::Main => ComponentStats::add(&stats.sent, 1),
+                Port::Main | Port::Named(_) => ComponentStats::add(&stats.sent, 1),
                 Port::Dropped => ComponentStats::add(&stats.dropped, 1),
             }
             self.deliver(node, port, s, wall_now, sink);

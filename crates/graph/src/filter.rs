@@ -11,6 +11,9 @@ pub enum Port {
     Main,
     /// What the filter drops or replaces (`NAME.dropped`).
     Dropped,
+    /// One of the named outputs the filter declares (`NAME.<port>`), by its index in
+    /// [`FilterSpec::ports`].
+    Named(u16),
 }
 
 /// Where a filter's time comes from.
@@ -45,6 +48,11 @@ impl Emit {
     /// Emits on the `.dropped` output.
     pub fn drop(&mut self, signal: SharedSignal) {
         self.items.push((Port::Dropped, signal));
+    }
+
+    /// Emits on the named output numbered `port` (an index into [`FilterSpec::ports`]).
+    pub fn to(&mut self, port: u16, signal: SharedSignal) {
+        self.items.push((Port::Named(port), signal));
     }
 
     /// Takes what was emitted, in order.
@@ -101,6 +109,9 @@ pub trait Filter: Send {
 pub struct FilterSpec {
     /// The clock of a time-based filter; `None` for filters without timers.
     pub clock: Option<ClockKind>,
+    /// The names of the filter's named outputs (`route`'s branches), [`Port::Named`] by
+    /// index; empty for filters with only `NAME` and `NAME.dropped`.
+    ports: Arc<[String]>,
     make: Arc<dyn Fn() -> Box<dyn Filter> + Send + Sync>,
 }
 
@@ -112,8 +123,27 @@ impl FilterSpec {
     ) -> Self {
         FilterSpec {
             clock,
+            ports: Arc::from([]),
             make: Arc::new(make),
         }
+    }
+
+    /// Declares named outputs, each read as `NAME.<port>`. A filter with named outputs
+    /// emits on them (and `.dropped`) only: its bare name is not an input anyone can use.
+    pub fn with_ports(mut self, ports: Vec<String>) -> Self {
+        self.ports = ports.into();
+        self
+    }
+
+    /// The named outputs, in [`Port::Named`] order.
+    pub fn ports(&self) -> &[String] {
+        &self.ports
+    }
+
+    /// The named output called `name`.
+    pub fn port(&self, name: &str) -> Option<Port> {
+        let i = self.ports.iter().position(|p| p == name)?;
+        u16::try_from(i).ok().map(Port::Named)
     }
 
     /// A fresh instance with empty state.
@@ -126,6 +156,7 @@ impl std::fmt::Debug for FilterSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FilterSpec")
             .field("clock", &self.clock)
+            .field("ports", &self.ports)
             .finish()
     }
 }

@@ -12,7 +12,7 @@ use patchbay_signal::normalize::Normalizer;
 use patchbay_signal::path::json_eq;
 use serde_json::Value;
 
-use crate::compile::{Graph, TestCase};
+use crate::compile::{Graph, NodeKind, TestCase};
 use crate::engine::Engine;
 use crate::filter::Port;
 use crate::telemetry::{ComponentStats, Role};
@@ -48,8 +48,13 @@ fn find(graph: &Graph, name: &str) -> Option<(usize, Port)> {
     if let Some(&i) = by_name.get(name) {
         return Some((i, Port::Main));
     }
-    let base = name.strip_suffix(".dropped")?;
-    by_name.get(base).map(|&i| (i, Port::Dropped))
+    let (base, port) = name.rsplit_once('.')?;
+    let &i = by_name.get(base)?;
+    match (&graph.nodes[i].kind, port) {
+        (_, "dropped") => Some((i, Port::Dropped)),
+        (NodeKind::Filter(spec), _) => spec.port(port).map(|p| (i, p)),
+        _ => None,
+    }
 }
 
 /// Runs one test.

@@ -57,8 +57,27 @@ impl Filter for KeepFilter {
     }
 }
 
+/// Sends `keep` signals out of its named output `hit`, the others out of `miss`.
+struct SplitFilter;
+
+impl Filter for SplitFilter {
+    fn on_signal(&mut self, signal: SharedSignal, _now: i64, emit: &mut Emit) {
+        emit.to(u16::from(signal.kind != "keep"), signal);
+    }
+}
+
 fn registry() -> Registry {
     let mut r = Registry::new();
+    r.filter("split", |o: &Options<'_>| {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Empty {}
+        let _: Empty = o.parse()?;
+        Ok(
+            FilterSpec::new(None, || Box::new(SplitFilter) as Box<dyn Filter>)
+                .with_ports(vec!["hit".into(), "miss".into()]),
+        )
+    });
     r.source(
         "idle",
         |o: &Options<'_>| -> Result<Box<dyn Source>, Diagnostic> {
@@ -176,6 +195,7 @@ fn shape(graph: &Graph) -> Vec<String> {
                 .map(|e| match e.port {
                     Port::Main => graph.nodes[e.from].name.clone(),
                     Port::Dropped => format!("{}.dropped", graph.nodes[e.from].name),
+                    Port::Named(i) => format!("{}.<{i}>", graph.nodes[e.from].name),
                 })
                 .collect();
             format!("{} ({}) <- {}", n.name, n.type_name, inputs.join(", "))
@@ -281,6 +301,97 @@ inputs = ["g.dropped"]
     assert_eq!(out[2].0, 3);
     let f = stats[1].snapshot();
     assert_eq!((f.received, f.sent, f.dropped), (3, 2, 1));
+}
+
+const SPLIT: &str = r#"
+[sources.a]
+type = "idle"
+[filters.s]
+type = "split"
+inputs = ["a"]
+[outputs.hits]
+type = "sink"
+inputs = ["s.hit"]
+[outputs.misses]
+type = "sink"
+inputs = ["s.miss"]
+"#;
+
+#[test]
+fn named_outputs_are_inputs_and_test_taps() {
+    let g = compile(&format!(
+        r#"{SPLIT}
+[[tests]]
+name = "split"
+inputs = [
+  {{ insert_at = "a", signal = {{ type = "keep" }} }},
+  {{ insert_at = "a", signal = {{ type = "other" }} }},
+]
+outputs = [
+  {{ extract_from = "s.hit", expect = [{{ type = "keep" }}] }},
+  {{ extract_from = "s.miss", expect = [{{ type = "other" }}] }},
+]
+"#
+    ))
+    .unwrap();
+    assert_eq!(
+        shape(&g),
+        [
+            "a (idle) <- ",
+            "s (split) <- a",
+            "hits (sink) <- s.<0>",
+            "misses (sink) <- s.<1>"
+        ]
+    );
+    let results = patchbay_graph::testing::run_tests(&g);
+    assert!(results[0].passed(), "{:?}", results[0].failures);
+
+    let (_, stats) = telemetry_for(&g);
+    let mut engine = Engine::new(&g.nodes, stats.clone());
+    let mut out: Vec<(usize, String)> = Vec::new();
+    for kind in ["keep", "other", "keep"] {
+        let s = Arc::new(Signal::new(kind, "t", Default::default()));
+        engine.push(0, s, 0, &mut |o, s| out.push((o, s.kind.clone())));
+    }
+    let (hits, misses) = (2, 3);
+    assert_eq!(
+        out,
+        [
+            (hits, "keep".to_owned()),
+            (misses, "other".to_owned()),
+            (hits, "keep".to_owned())
+        ]
+    );
+    let s = stats[1].snapshot();
+    assert_eq!((s.received, s.sent, s.dropped), (3, 3, 0));
+}
+
+#[test]
+fn named_outputs_are_checked() {
+    let text = SPLIT
+        .replace("[\"s.hit\"]", "[\"s\"]")
+        .replace("[\"s.miss\"]", "[\"s.mis\"]");
+    let errs = messages(&compile(&text).unwrap_err());
+    assert_eq!(
+        errs,
+        [
+            "g.toml:9:11: hits: `s` sends its signals out of its named outputs: use `s.hit`, `s.miss`",
+            "g.toml:12:11: misses: `s` has no output `mis`: its outputs are `s.hit`, `s.miss` and `s.dropped`",
+        ]
+    );
+    let errs = messages(
+        &compile(&format!(
+            "{SPLIT}\n[[tests]]\nname = \"t\"\ninputs = []\noutputs = [{{ extract_from = \"s.hits\", expect = [] }}]\n"
+        ))
+        .unwrap_err(),
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].ends_with(
+            "test `t`: `s` has no output `hits`: its outputs are `s.hit`, `s.miss` and `s.dropped`"
+        ),
+        "{errs:?}"
+    );
 }
 
 const WITH_DISCOVERY: &str = r#"[discovery]

@@ -147,18 +147,20 @@ fn test_references(
         }
     }
     for (k, output) in t.outputs.iter().enumerate() {
-        if resolve(&output.extract_from, usize::MAX, nodes, by_name).is_err()
-            || output.extract_from.ends_with('*')
-        {
-            errors.push(o.error_at(
-                &format!("outputs.{k}.extract_from"),
-                format!(
-                    "test `{}`: `{}` is not a source or filter output{}",
-                    t.name,
-                    output.extract_from,
-                    suggestion(&output.extract_from, names())
-                ),
-            ));
-        }
+        let resolved = resolve(&output.extract_from, usize::MAX, nodes, by_name);
+        let message = match resolved {
+            Ok(_) if !output.extract_from.ends_with('*') => continue,
+            // A named output that does not exist: the filter's own outputs are the hint.
+            Err(message) if message.contains("has no output") => message,
+            _ => format!(
+                "`{}` is not a source or filter output{}",
+                output.extract_from,
+                suggestion(&output.extract_from, names())
+            ),
+        };
+        errors.push(o.error_at(
+            &format!("outputs.{k}.extract_from"),
+            format!("test `{}`: {message}", t.name),
+        ));
     }
 }

@@ -1,5 +1,5 @@
-//! Phase 6, resolve: each `inputs` entry (`NAME`, `NAME.dropped`, `prefix*`,
-//! `NAME.inbound`) becomes edges from the nodes it names.
+//! Phase 6, resolve: each `inputs` entry (`NAME`, `NAME.dropped`, `NAME.<port>` of a filter
+//! with named outputs, `prefix*`, `NAME.inbound`) becomes edges from the nodes it names.
 
 use std::collections::BTreeMap;
 
@@ -46,7 +46,8 @@ pub(super) fn inputs(
                 Err(_)
                     if failed
                         .iter()
-                        .any(|f| name == f || name.strip_suffix(".dropped") == Some(f)) => {}
+                        .any(|f| name == f || name.rsplit_once('.').map(|(n, _)| n) == Some(f)) => {
+                }
                 Err(message) => errors.push(
                     files[input.file]
                         .error(input.name.span(), format!("{}: {message}", nodes[i].name)),
@@ -70,7 +71,9 @@ pub(super) fn resolve(
         let edges: Vec<Edge> = nodes
             .iter()
             .enumerate()
-            .filter(|(i, n)| *i != me && n.kind.produces() && n.name.starts_with(prefix))
+            .filter(|(i, n)| {
+                *i != me && n.kind.produces() && !has_ports(n) && n.name.starts_with(prefix)
+            })
             .map(|(i, _)| Edge {
                 from: i,
                 port: Port::Main,
@@ -91,6 +94,10 @@ pub(super) fn resolve(
                     format!("`{input}` is an output and produces no signals")
                 })
             }
+            NodeKind::Filter(ref spec) if !spec.ports().is_empty() => Err(format!(
+                "`{input}` sends its signals out of its named outputs: use {}",
+                port_names(input, spec.ports())
+            )),
             _ => Ok(vec![Edge {
                 from: i,
                 port: Port::Main,
@@ -110,15 +117,45 @@ pub(super) fn resolve(
             )),
         };
     }
+    if let Some((filter, port)) = input.rsplit_once('.')
+        && let Some(&i) = by_name.get(filter)
+        && let NodeKind::Filter(spec) = &nodes[i].kind
+        && !spec.ports().is_empty()
+    {
+        return match spec.port(port) {
+            Some(port) => Ok(vec![Edge { from: i, port }]),
+            None => Err(format!(
+                "`{filter}` has no output `{port}`: its outputs are {} and `{filter}.dropped`",
+                port_names(filter, spec.ports())
+            )),
+        };
+    }
     let mut candidates: Vec<String> = Vec::new();
     for n in nodes.iter().filter(|n| n.kind.produces()) {
-        candidates.push(n.name.clone());
-        if matches!(n.kind, NodeKind::Filter(_)) {
+        if !has_ports(n) {
+            candidates.push(n.name.clone());
+        }
+        if let NodeKind::Filter(spec) = &n.kind {
             candidates.push(format!("{}.dropped", n.name));
+            candidates.extend(spec.ports().iter().map(|p| format!("{}.{p}", n.name)));
         }
     }
     Err(format!(
         "unknown input `{input}`{}",
         suggestion(input, candidates.iter().map(String::as_str))
     ))
+}
+
+/// Whether `node` is a filter with named outputs (whose bare name is not an input).
+fn has_ports(node: &Node) -> bool {
+    matches!(&node.kind, NodeKind::Filter(spec) if !spec.ports().is_empty())
+}
+
+/// `` `r.a`, `r.b` `` for the named outputs of `filter`.
+fn port_names(filter: &str, ports: &[String]) -> String {
+    ports
+        .iter()
+        .map(|p| format!("`{filter}.{p}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

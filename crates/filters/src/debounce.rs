@@ -1,0 +1,199 @@
+//! `debounce`: per key, the last signal of a burst, once the key has been quiet.
+
+use std::sync::Arc;
+
+use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
+use patchbay_signal::SharedSignal;
+use serde::Deserialize;
+
+use crate::key_timers::KeyTimers;
+use crate::options::{KeyPaths, default_max_keys, max_keys_bound, positive, positive_opt};
+use crate::{ConfigError, RESET};
+
+/// Options of a `debounce` filter.
+///
+/// Each key holds the newest signal of a burst; it is emitted once no signal of that key
+/// has come for `quiet_ms`, or, with `max_wait_ms`, at the latest that long after the
+/// burst's first signal, so a key that never pauses still gets through. The signals it
+/// replaces leave by `NAME.dropped`. At end of input, on a `reset` signal and when
+/// `max_keys` evicts a key, the held signals are emitted (in order of due time).
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DebounceConfig {
+    /// How long (ms, ≥ 1) a key must be quiet before its last signal is emitted.
+    #[serde(deserialize_with = "positive")]
+    pub quiet_ms: u64,
+    /// Emit at the latest this many milliseconds (≥ `quiet_ms`) after a burst's first
+    /// signal, even if the key is not quiet.
+    #[serde(default, deserialize_with = "positive_opt")]
+    pub max_wait_ms: Option<u64>,
+    /// The path(s) whose values make a key (default `["agentId", "correlationId"]`).
+    #[serde(default)]
+    pub key: KeyPaths,
+    /// At most this many keys are remembered (default 10000); the least recently used one
+    /// is evicted, after emitting its held signal.
+    #[serde(default = "default_max_keys", deserialize_with = "positive")]
+    pub max_keys: u64,
+    /// `wall` (default: machine time) or `event` (the signals' timestamps).
+    #[serde(default)]
+    pub clock: ClockKind,
+}
+
+/// Builds a `debounce` from its options.
+pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
+    let config: DebounceConfig = options.parse()?;
+    config.into_spec().map_err(|e| e.locate(options))
+}
+
+fn ms(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+impl DebounceConfig {
+    /// Checks the options and makes the filter's spec.
+    pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
+        if self.max_wait_ms.is_some_and(|m| m < self.quiet_ms) {
+            return Err(ConfigError::at(
+                "max_wait_ms",
+                format!(
+                    "`max_wait_ms` must be at least `quiet_ms` ({})",
+                    self.quiet_ms
+                ),
+            ));
+        }
+        let settings = Arc::new(Settings {
+            quiet: ms(self.quiet_ms),
+            max_wait: self.max_wait_ms.map(ms),
+            key: self.key.0,
+            max_keys: max_keys_bound(self.max_keys),
+        });
+        Ok(FilterSpec::new(Some(self.clock), move || {
+            Box::new(Debounce {
+                keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
+                settings: settings.clone(),
+            })
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct Settings {
+    quiet: i64,
+    max_wait: Option<i64>,
+    key: Vec<patchbay_signal::path::Path>,
+    max_keys: usize,
+}
+
+/// A key's burst.
+#[derive(Debug, Default)]
+struct Burst {
+    /// When the burst's first signal came (while the key holds a signal).
+    started: Option<i64>,
+}
+
+/// A running `debounce`.
+pub struct Debounce {
+    settings: Arc<Settings>,
+    keys: KeyTimers<Burst>,
+}
+
+impl Filter for Debounce {
+    fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
+        let now = self.keys.advance(now);
+        self.on_timer(now, emit);
+        if signal.kind == RESET {
+            self.keys.release_all(emit);
+            emit.pass(signal);
+            return;
+        }
+        let slot = self.keys.entry(&signal, |_| Burst::default(), emit);
+        let holding = self.keys.is_holding(slot);
+        let Some(burst) = self.keys.state_mut(slot) else {
+            return;
+        };
+        let started = match burst.started {
+            Some(started) if holding => started,
+            _ => now,
+        };
+        burst.started = Some(started);
+        let mut due = now.saturating_add(self.settings.quiet);
+        if let Some(max_wait) = self.settings.max_wait {
+            due = due.min(started.saturating_add(max_wait));
+        }
+        self.keys.hold(slot, signal, due, emit);
+    }
+
+    fn next_due(&self) -> Option<i64> {
+        self.keys.next_due()
+    }
+
+    fn on_timer(&mut self, now: i64, emit: &mut Emit) {
+        while let Some(release) = self.keys.pop_due(now) {
+            // The burst is over: the key is forgotten (nothing is left to remember).
+            self.keys.remove(release.slot);
+            emit.pass(release.signal);
+        }
+    }
+
+    fn flush(&mut self, emit: &mut Emit) {
+        self.keys.release_all(emit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Driver, config, config_error, timeline};
+
+    fn run(toml: &str, line: &str) -> Vec<String> {
+        let toml = format!("clock = \"event\"\nkey = \"payload.k\"\n{toml}");
+        let spec = config::<DebounceConfig>(&toml).into_spec().unwrap();
+        Driver::new(&spec).run(timeline(line))
+    }
+
+    #[test]
+    fn the_last_of_a_burst_once_quiet() {
+        let out = run("quiet_ms = 100", "a1@0 a2@50 a3@149 a4@300 a5@400");
+        // a3 is held until 249; a4 at 300 starts a new burst; a5 at 400 replaces it
+        // (400 is not after 400: the timer due at 400 fires first).
+        assert_eq!(out, ["-a1", "-a2", "a3", "a4", "a5"]);
+    }
+
+    #[test]
+    fn the_quiet_time_is_exact() {
+        assert_eq!(run("quiet_ms = 100", "a1@0 a2@99"), ["-a1", "a2"]);
+        assert_eq!(run("quiet_ms = 100", "a1@0 a2@100"), ["a1", "a2"]);
+    }
+
+    #[test]
+    fn max_wait_bounds_a_burst_that_never_pauses() {
+        let out = run(
+            "quiet_ms = 100\nmax_wait_ms = 250",
+            "a1@0 a2@80 a3@160 a4@240 a5@320 a6@400",
+        );
+        // The burst from 0 ends at 250 with a4; a5 starts the next one (due 570 at most).
+        assert_eq!(out, ["-a1", "-a2", "-a3", "a4", "-a5", "a6"]);
+    }
+
+    #[test]
+    fn keys_are_independent() {
+        let out = run(
+            "quiet_ms = 100",
+            "a1@0 b1@10 a2@20 b2@30 c1@500 reset@510 c2@520",
+        );
+        assert_eq!(out, ["-a1", "-b1", "a2", "b2", "c1", "reset", "c2"]);
+    }
+
+    #[test]
+    fn config_errors() {
+        let (l, c, m) = config_error::<DebounceConfig>("max_wait_ms = 5");
+        assert_eq!((l, c), (1, 1), "{m}");
+        assert!(m.contains("quiet_ms"), "{m}");
+        let (l, c, m) = config_error::<DebounceConfig>("quiet_ms = -1");
+        assert_eq!((l, c), (1, 12), "{m}");
+        let e = config::<DebounceConfig>("quiet_ms = 100\nmax_wait_ms = 50")
+            .into_spec()
+            .unwrap_err();
+        assert_eq!(e.key, Some("max_wait_ms"));
+    }
+}

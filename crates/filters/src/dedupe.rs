@@ -1,0 +1,232 @@
+//! `dedupe`: drops a signal whose chosen fields were seen recently.
+
+use std::sync::Arc;
+
+use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
+use patchbay_signal::path::Path;
+use patchbay_signal::{SharedSignal, Signal};
+use serde::Deserialize;
+
+use crate::keyed::{Key, Keyed};
+use crate::options::{DotPath, default_max_keys, max_keys_bound, positive, positive_opt};
+use crate::{ConfigError, RESET};
+
+/// Options of a `dedupe` filter.
+///
+/// A signal is a duplicate when the values at `fields` (all of them together; by default
+/// the whole envelope but its `id` and `timestamp`) are those of a signal that passed
+/// less than `window_ms` before it, or, without `window_ms`, of one of the last
+/// `max_keys` distinct values seen. Duplicates leave by `NAME.dropped`. The window counts
+/// from the signal that passed, so a value repeated forever passes once per window.
+///
+/// The clock is the signals' timestamps by default (`event`): `dedupe` holds nothing
+/// back, so it needs no timer, and a recording replayed at any speed drops the same
+/// signals. A `reset` signal forgets every value and passes.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DedupeConfig {
+    /// The paths whose values identify a signal (a missing value counts as one value);
+    /// default: the whole envelope but `id` and `timestamp`.
+    #[serde(default)]
+    pub fields: Option<Vec<DotPath>>,
+    /// A value seen again this many milliseconds (≥ 1) or more after it passed passes
+    /// again; without it, a value is remembered until `max_keys` evicts it.
+    #[serde(default, deserialize_with = "positive_opt")]
+    pub window_ms: Option<u64>,
+    /// At most this many distinct values are remembered (default 10000); the least
+    /// recently seen one is forgotten first.
+    #[serde(default = "default_max_keys", deserialize_with = "positive")]
+    pub max_keys: u64,
+    /// `event` (default: the signals' timestamps) or `wall` (machine time).
+    #[serde(default = "event_clock")]
+    pub clock: ClockKind,
+}
+
+fn event_clock() -> ClockKind {
+    ClockKind::Event
+}
+
+/// Builds a `dedupe` from its options.
+pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
+    let config: DedupeConfig = options.parse()?;
+    config.into_spec().map_err(|e| e.locate(options))
+}
+
+impl DedupeConfig {
+    /// Checks the options and makes the filter's spec.
+    pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
+        let fields = match self.fields {
+            Some(fields) if fields.is_empty() => {
+                return Err(ConfigError::at(
+                    "fields",
+                    "`fields` needs at least one path (leave it out for the whole envelope)",
+                ));
+            }
+            Some(fields) => Some(fields.into_iter().map(|p| p.0).collect()),
+            None => None,
+        };
+        let settings = Arc::new(Settings {
+            fields,
+            window: self.window_ms.map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
+            max_keys: max_keys_bound(self.max_keys),
+        });
+        Ok(FilterSpec::new(Some(self.clock), move || {
+            Box::new(Dedupe {
+                seen: Keyed::new(None, settings.max_keys),
+                settings: settings.clone(),
+                now: i64::MIN,
+            })
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct Settings {
+    fields: Option<Vec<Path>>,
+    window: Option<i64>,
+    max_keys: usize,
+}
+
+/// A running `dedupe`.
+pub struct Dedupe {
+    settings: Arc<Settings>,
+    /// When each remembered value last passed.
+    seen: Keyed<i64>,
+    now: i64,
+}
+
+impl Dedupe {
+    fn key(&self, signal: &Signal) -> Key {
+        match &self.settings.fields {
+            Some(paths) => Key::of_paths(paths, signal),
+            None => {
+                let mut value = signal.to_value();
+                if let Some(o) = value.as_object_mut() {
+                    o.remove("id");
+                    o.remove("timestamp");
+                }
+                Key::of_value(&value)
+            }
+        }
+    }
+}
+
+impl Filter for Dedupe {
+    fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
+        self.now = self.now.max(now);
+        let now = self.now;
+        if signal.kind == RESET {
+            self.seen.clear();
+            emit.pass(signal);
+            return;
+        }
+        let key = self.key(&signal);
+        let mut fresh = false;
+        let (slot, _) = self.seen.entry_for(key, |_| {
+            fresh = true;
+            now
+        });
+        let Some(passed_at) = self.seen.get_mut(slot) else {
+            return;
+        };
+        let expired = self
+            .settings
+            .window
+            .is_some_and(|w| now.saturating_sub(*passed_at) >= w);
+        if fresh || expired {
+            *passed_at = now;
+            emit.pass(signal);
+        } else {
+            emit.drop(signal);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Driver, config, config_error, keyed, reset, sig};
+
+    fn run(toml: &str, signals: Vec<Signal>) -> Vec<String> {
+        let spec = config::<DedupeConfig>(toml).into_spec().unwrap();
+        Driver::new(&spec).run(signals)
+    }
+
+    /// `keyed(ts, label, key)` with `payload.n` the label and `payload.k` the key.
+    fn k(ts: i64, n: &str, key: &str) -> Signal {
+        keyed(ts, n, key)
+    }
+
+    #[test]
+    fn by_fields_within_the_window() {
+        let toml = "fields = [\"payload.k\"]\nwindow_ms = 100";
+        let out = run(
+            toml,
+            vec![
+                k(0, "a1", "a"),
+                k(50, "b1", "b"),
+                k(99, "a2", "a"),
+                k(100, "a3", "a"),
+                k(150, "b2", "b"),
+                k(199, "a4", "a"),
+                k(200, "a5", "a"),
+            ],
+        );
+        // The window counts from the signal that passed: a1 at 0, a3 at 100, a5 at 200.
+        assert_eq!(out, ["a1", "b1", "-a2", "a3", "b2", "-a4", "a5"]);
+    }
+
+    #[test]
+    fn whole_envelope_but_id_and_timestamp() {
+        // Same payload at another time is a duplicate; another payload is not.
+        let out = run(
+            "",
+            vec![sig(0, "a"), sig(5, "a"), sig(6, "b"), sig(1_000_000, "a")],
+        );
+        assert_eq!(out, ["a", "-a", "b", "-a"]);
+        let other_source = {
+            let mut s = sig(7, "a");
+            s.source = "test:other".into();
+            s
+        };
+        assert_eq!(run("", vec![sig(0, "a"), other_source]), ["a", "a"]);
+    }
+
+    #[test]
+    fn max_keys_forgets_the_least_recently_seen() {
+        let toml = "fields = [\"payload.k\"]\nmax_keys = 2";
+        let out = run(
+            toml,
+            vec![
+                k(0, "a1", "a"),
+                k(1, "b1", "b"),
+                k(2, "a2", "a"),
+                k(3, "c1", "c"),
+                k(4, "b2", "b"),
+                k(5, "a3", "a"),
+            ],
+        );
+        // c evicts b (a was seen again at 2), then b comes back and evicts a.
+        assert_eq!(out, ["a1", "b1", "-a2", "c1", "b2", "a3"]);
+    }
+
+    #[test]
+    fn reset_forgets_and_passes() {
+        let out = run("", vec![sig(0, "a"), reset(1), sig(2, "a")]);
+        assert_eq!(out, ["a", "reset", "a"]);
+    }
+
+    #[test]
+    fn config_errors() {
+        let (l, c, m) = config_error::<DedupeConfig>("window_ms = 0");
+        assert_eq!((l, c), (1, 13), "{m}");
+        let (l, c, m) = config_error::<DedupeConfig>("fields = [\"payload.\"]");
+        assert_eq!((l, c), (1, 10), "{m}");
+        let e = config::<DedupeConfig>("fields = []")
+            .into_spec()
+            .unwrap_err();
+        assert_eq!(e.key, Some("fields"));
+        let spec = config::<DedupeConfig>("").into_spec().unwrap();
+        assert_eq!(spec.clock, Some(ClockKind::Event));
+    }
+}
