@@ -181,3 +181,62 @@ fn service_install_writes_a_user_unit_that_uninstall_removes() {
     assert!(!unit.exists());
     assert_eq!(service(&["status"]).status.code(), Some(3));
 }
+
+#[test]
+fn metrics_pass_promtool() {
+    let dir = ScratchDir::new("daemon-metrics");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let config = dir.join("p.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[sources.in]\ntype = \"stdin\"\n\n[filters.keep]\ntype = \"when\"\ninputs = [\"in\", \"ui.inbound\"]\nwhen = {{ type = \"keep\" }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"keep\"]\nlisten = \"127.0.0.1:{port}\"\n"
+        ),
+    )
+    .unwrap();
+    let _daemon = Daemon(patchbay().arg("run").arg(&config).spawn().expect("runs"));
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut body = None;
+        for _ in 0..600 {
+            if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                write!(
+                    stream,
+                    "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+                )
+                .unwrap();
+                let mut response = String::new();
+                stream.read_to_string(&mut response).unwrap();
+                body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned());
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        body.expect("the sidecar answers /metrics")
+    };
+    assert!(metrics.contains("# HELP patchbay_clients "), "{metrics}");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs (`bash scripts/test` installs Debian's prometheus)");
+    use std::io::Write;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {}{}\n{metrics}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -48,7 +48,12 @@ pub fn telemetry_for(graph: &Graph) -> (Telemetry, Vec<Arc<ComponentStats>>) {
                 NodeKind::Filter(_) => Role::Filter,
                 NodeKind::Output { .. } => Role::Output,
             };
-            telemetry.register(ComponentStats::new(&n.name, &n.type_name, role))
+            let inputs = n
+                .inputs
+                .iter()
+                .map(|e| graph.nodes[e.from].port_name(e.port))
+                .collect();
+            telemetry.register(ComponentStats::new(&n.name, &n.type_name, role).with_inputs(inputs))
         })
         .collect();
     (telemetry, stats)

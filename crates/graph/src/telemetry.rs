@@ -47,6 +47,7 @@ pub struct ComponentStats {
     name: String,
     type_name: String,
     role: Role,
+    inputs: Vec<String>,
     /// Signals that came in (read from a peer, or delivered to a filter/output).
     pub received: AtomicU64,
     /// Signals passed on (into the graph, out of a filter, written by an output).
@@ -60,6 +61,8 @@ pub struct ComponentStats {
     pub refused: AtomicU64,
     health: Mutex<Health>,
     gauges: Mutex<BTreeMap<String, f64>>,
+    /// What each gauge measures (`# HELP` in `/metrics`), as the component describes them.
+    gauge_help: Mutex<&'static [(&'static str, &'static str)]>,
 }
 
 /// A snapshot of one component, as `/health` shows it.
@@ -72,6 +75,9 @@ pub struct ComponentSnapshot {
     pub type_name: String,
     /// Source, filter or output.
     pub role: Role,
+    /// What it reads (`tokens`, `gate.dropped`): the wiring, for the status page.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
     /// Health state.
     pub state: HealthState,
     /// What it is doing (`retrying in 4 s`), if anything worth saying.
@@ -93,6 +99,9 @@ pub struct ComponentSnapshot {
     /// Component-specific gauges (`clients`, `lagged_clients`, …).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub gauges: BTreeMap<String, f64>,
+    /// What the gauges measure, by name.
+    #[serde(skip)]
+    pub gauge_help: &'static [(&'static str, &'static str)],
 }
 
 impl ComponentStats {
@@ -102,6 +111,7 @@ impl ComponentStats {
             name: name.into(),
             type_name: type_name.into(),
             role,
+            inputs: Vec::new(),
             received: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
@@ -113,7 +123,14 @@ impl ComponentStats {
                 last_error: None,
             }),
             gauges: Mutex::new(BTreeMap::new()),
+            gauge_help: Mutex::new(&[]),
         }
+    }
+
+    /// The same, reading `inputs` (node names, `NAME.dropped` for a drop port).
+    pub fn with_inputs(mut self, inputs: Vec<String>) -> Self {
+        self.inputs = inputs;
+        self
     }
 
     /// The component's name.
@@ -160,6 +177,12 @@ impl ComponentStats {
         self.health.lock().unwrap_or_else(|e| e.into_inner()).state
     }
 
+    /// Says what the component's gauges measure: `(name, help)` pairs, shown as `# HELP`
+    /// in `/metrics` (a gauge without one gets a generic line).
+    pub fn describe_gauges(&self, help: &'static [(&'static str, &'static str)]) {
+        *self.gauge_help.lock().unwrap_or_else(|e| e.into_inner()) = help;
+    }
+
     /// Sets a component-specific gauge.
     pub fn set_gauge(&self, name: &str, value: f64) {
         self.gauges
@@ -179,6 +202,7 @@ impl ComponentStats {
             name: self.name.clone(),
             type_name: self.type_name.clone(),
             role: self.role,
+            inputs: self.inputs.clone(),
             state: h.state,
             detail: h.detail,
             last_error: h.last_error,
@@ -192,6 +216,7 @@ impl ComponentStats {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
+            gauge_help: *self.gauge_help.lock().unwrap_or_else(|e| e.into_inner()),
         }
     }
 }
@@ -283,12 +308,22 @@ impl Telemetry {
             let _ = writeln!(out, "patchbay_up{{component=\"{}\"}} {up}", escape(&s.name));
         }
         let mut gauges: BTreeMap<&str, Vec<(&str, f64)>> = BTreeMap::new();
+        let mut help: BTreeMap<&str, &str> = BTreeMap::new();
         for s in &snaps {
             for (g, v) in &s.gauges {
                 gauges.entry(g).or_default().push((&s.name, *v));
             }
+            help.extend(s.gauge_help.iter().copied());
         }
         for (g, values) in gauges {
+            match help.get(g) {
+                Some(text) => {
+                    let _ = writeln!(out, "# HELP patchbay_{g} {text}");
+                }
+                None => {
+                    let _ = writeln!(out, "# HELP patchbay_{g} The `{g}` gauge of a component.");
+                }
+            }
             let _ = writeln!(out, "# TYPE patchbay_{g} gauge");
             for (name, v) in values {
                 let _ = writeln!(out, "patchbay_{g}{{component=\"{}\"}} {v}", escape(name));

@@ -73,6 +73,7 @@ pub(crate) fn router(state: Shared) -> Router {
     let limit = state.settings.max_frame;
     Router::new()
         .route("/", get(status_page))
+        .route("/status/stream", get(status_stream))
         .route("/ws", get(ws_handler))
         .route("/events", get(sse_handler))
         .route("/signal", post(post_signal))
@@ -678,12 +679,19 @@ async fn status_page(
     }
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        crate::status::page(
-            &state.name,
-            state.local,
-            &state.telemetry,
-            state.hub.last_seq(),
-        ),
+        crate::status::page(&state.name),
     )
         .into_response()
+}
+
+async fn status_stream(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    query: Result<Query<TokenQuery>, QueryRejection>,
+) -> Response {
+    let token = query.ok().and_then(|Query(q)| q.token);
+    if let Err(r) = authorize(&state, &headers, token.as_deref(), false) {
+        return r.into_response();
+    }
+    crate::status::stream(state)
 }

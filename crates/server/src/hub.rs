@@ -595,6 +595,11 @@ impl Hub {
         }
     }
 
+    /// Whether [`Hub::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Resolves once every client has left (after [`Hub::close`], once each has taken
     /// what was queued for it).
     pub async fn wait_no_clients(&self) {

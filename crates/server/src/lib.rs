@@ -109,12 +109,31 @@ impl Output for Sidecar {
     }
 }
 
+/// The sidecar's gauges and what they measure (`# HELP` in `/metrics`).
+const GAUGES: &[(&str, &str)] = &[
+    ("port", "The TCP port a sidecar listens on."),
+    ("clients", "UIs connected to a sidecar (WebSocket and SSE)."),
+    (
+        "lagged_clients",
+        "Clients of a sidecar that fell behind and lost frames (drop_oldest).",
+    ),
+    (
+        "clients_cut",
+        "Clients of a lossless sidecar cut off for lagging, since start (they resume by seq).",
+    ),
+    (
+        "client_frames_dropped",
+        "Frames queued for clients that the drain timeout at shutdown left undelivered.",
+    ),
+];
+
 async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError> {
     let name = cx.name().to_owned();
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     let local = listener.local_addr()?;
+    cx.stats().describe_gauges(GAUGES);
     cx.stats().set_gauge("port", f64::from(local.port()));
     tracing::info!(sidecar = %name, "listening: ws://{local}/ws  http://{local}/events  http://{local}/");
 

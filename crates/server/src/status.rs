@@ -1,59 +1,68 @@
-//! `GET /`: a small self-contained status page (no external assets).
+//! `GET /`: the live status page, and `GET /status/stream`, the status it draws.
+//!
+//! The page is one self-contained HTML document (no external assets, so it works offline
+//! and behind a firewall). It opens `/status/stream`, a Server-Sent Events stream of the
+//! graph's state (every component with its wiring, state, counters, gauges and last error,
+//! once a second), and draws the wiring graph with each component coloured by its state,
+//! a table of rates and counters, and a live tail of signals from `/ws` with a type
+//! filter and a pause. A token given to the page (`/?token=…`) is passed on to both.
 
-use std::fmt::Write;
-use std::net::SocketAddr;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
 
-use patchbay_graph::Telemetry;
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
 
-/// The page: every component's state and counters, refreshed every two seconds.
-pub(crate) fn page(name: &str, local: SocketAddr, telemetry: &Telemetry, seq: u64) -> String {
-    let mut rows = String::new();
-    for c in telemetry.snapshot() {
-        let state = serde_json::to_value(c.state)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let role = serde_json::to_value(c.role)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let gauges: Vec<String> = c.gauges.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let note = [c.detail.as_deref(), c.last_error.as_deref()]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>()
-            .join(" — ");
-        let _ = write!(
-            rows,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{state}\">{state}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            html(&c.name),
-            html(&c.type_name),
-            role,
-            c.received,
-            c.sent,
-            c.dropped,
-            c.bad_input,
-            html(&gauges.join(" ")),
-            html(&note),
-        );
-    }
-    format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"2\">\
-         <title>patchbay · {title}</title><style>\
-         body{{font:14px system-ui,sans-serif;margin:1.5em;color:#222}}\
-         table{{border-collapse:collapse}}td,th{{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}}\
-         .ok{{color:#080}}.failed{{color:#b00}}.recovering{{color:#b60}}.stopped,.starting{{color:#666}}\
-         code{{background:#f4f4f4;padding:0 .3em}}</style></head><body>\
-         <h1>patchbay sidecar <code>{title}</code></h1>\
-         <p>Listening on <code>{local}</code> · last seq {seq} · \
-         <code>ws://{local}/ws</code> · <code>http://{local}/events</code> · \
-         <a href=\"/health\">/health</a> · <a href=\"/metrics\">/metrics</a></p>\
-         <table><tr><th>component</th><th>type</th><th>role</th><th>state</th><th>received</th>\
-         <th>sent</th><th>dropped</th><th>bad input</th><th>gauges</th><th>detail</th></tr>{rows}</table>\
-         </body></html>",
-        title = html(name),
+use crate::http::AppState;
+
+/// How often the status stream sends the graph's state.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// The page: a shell whose script fills everything in from the streams.
+pub(crate) fn page(name: &str) -> String {
+    PAGE.replace("{{NAME}}", &html(name))
+}
+
+/// One status event: the sidecar and every component of the graph.
+fn status_json(state: &AppState) -> String {
+    json!({
+        "sidecar": state.name,
+        "listen": state.local.to_string(),
+        "seq": state.hub.last_seq(),
+        "clients": state.hub.client_count(),
+        "components": state.telemetry.snapshot(),
+    })
+    .to_string()
+}
+
+/// `GET /status/stream`: the status as SSE, now and then every second, until the sidecar
+/// stops.
+pub(crate) fn stream(state: Arc<AppState>) -> Response {
+    let events = futures_util::stream::unfold(
+        (state, true),
+        |(state, first): (Arc<AppState>, bool)| async move {
+            if !first {
+                tokio::time::sleep(STATUS_EVERY).await;
+            }
+            // The sidecar is stopping: end the stream, so that it never holds up shutdown.
+            if state.hub.is_closed() {
+                return None;
+            }
+            let event = format!("event: status\ndata: {}\n\n", status_json(&state));
+            Some((Ok::<_, Infallible>(Bytes::from(event)), (state, false)))
+        },
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(events),
     )
+        .into_response()
 }
 
 fn html(text: &str) -> String {
@@ -62,3 +71,181 @@ fn html(text: &str) -> String {
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
+
+/// The page. `{{NAME}}` is the sidecar's name (escaped).
+const PAGE: &str = r##"<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>patchbay · {{NAME}}</title>
+<style>
+:root{--ok:#1a7f37;--failed:#cf222e;--recovering:#bc4c00;--starting:#6e7781;--stopped:#6e7781;--line:#d0d7de}
+body{font:14px system-ui,-apple-system,sans-serif;margin:0;color:#1f2328;background:#f6f8fa}
+header{display:flex;gap:1.5em;align-items:baseline;padding:.8em 1.2em;background:#fff;border-bottom:1px solid var(--line)}
+header h1{font-size:1.1em;margin:0}header code{background:#f0f2f4;padding:0 .3em;border-radius:3px}
+#conn{margin-left:auto}#conn.live{color:var(--ok)}#conn.down{color:var(--failed)}
+main{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:1em;padding:1em 1.2em}
+section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:.6em .8em;min-width:0}
+h2{font-size:.95em;margin:.2em 0 .6em;color:#57606a;text-transform:uppercase;letter-spacing:.04em}
+#graph svg{width:100%;height:auto}
+.node rect{fill:#fff;stroke-width:2}.node text{font-size:12px}.node .t{fill:#57606a;font-size:11px}
+.edge{fill:none;stroke:#8c959f;stroke-width:1.3}.edge.dropped{stroke-dasharray:5 4}.edge.inbound{stroke-dasharray:2 3}
+.ok rect{stroke:var(--ok)}.failed rect{stroke:var(--failed);fill:#ffebe9}.recovering rect{stroke:var(--recovering);fill:#fff8c5}
+.starting rect,.stopped rect{stroke:var(--starting)}
+table{border-collapse:collapse;width:100%}td,th{padding:.25em .5em;border-bottom:1px solid #eaeef2;text-align:left;vertical-align:top}
+th{font-weight:600;color:#57606a;font-size:.9em}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.state{font-weight:600}.state.ok{color:var(--ok)}.state.failed{color:var(--failed)}.state.recovering{color:var(--recovering)}
+.state.starting,.state.stopped{color:var(--starting)}.detail{color:#57606a;font-size:.9em;word-break:break-word}
+#components{grid-column:1/2}#tailbox{grid-column:2/3;grid-row:1/3;display:flex;flex-direction:column;max-height:calc(100vh - 6em)}
+#tailbar{display:flex;gap:.5em;margin-bottom:.5em}#tailbar input{flex:1;font:inherit;padding:.2em .4em}
+#tail{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;overflow:auto;flex:1;margin:0;list-style:none;padding:0}
+#tail li{padding:.15em 0;border-bottom:1px solid #f0f2f4;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+#tail .k{color:#0550ae;font-weight:600}#tail .s{color:#57606a}
+</style></head><body>
+<header><h1>patchbay <code>{{NAME}}</code></h1><span id="where"></span><span id="seq"></span>
+<span id="conn" class="down">connecting…</span></header>
+<main>
+<section id="graph"><h2>Wiring</h2><svg id="svg" role="img" aria-label="wiring graph"></svg></section>
+<section id="tailbox"><h2>Signals</h2>
+<div id="tailbar"><input id="filter" placeholder="type filter: text_delta, tool_*, …" aria-label="type filter">
+<button id="pause" type="button">Pause</button></div><ol id="tail" reversed></ol></section>
+<section id="components"><h2>Components</h2><table><thead><tr><th>component</th><th>type</th><th>state</th>
+<th>in/s</th><th>out/s</th><th>received</th><th>sent</th><th>dropped</th><th>bad</th><th>detail</th></tr></thead>
+<tbody id="rows"></tbody></table></section>
+</main>
+<script>
+"use strict";
+const token = new URLSearchParams(location.search).get("token");
+const withToken = (path) => token ? path + (path.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token) : path;
+const $ = (id) => document.getElementById(id);
+const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
+let previous = new Map(), previousAt = 0, shape = "";
+
+function rates(c, now) {
+  const p = previous.get(c.name), dt = (now - previousAt) / 1000;
+  if (!p || dt <= 0) return ["", ""];
+  return [((c.received - p.received) / dt).toFixed(0), ((c.sent - p.sent) / dt).toFixed(0)];
+}
+
+function drawTable(components, now) {
+  $("rows").innerHTML = components.map((c) => {
+    const [rin, rout] = rates(c, now);
+    const note = [c.detail, c.last_error].filter(Boolean).join(" — ");
+    return `<tr data-component="${esc(c.name)}" data-state="${esc(c.state)}"><td>${esc(c.name)}</td><td>${esc(c.type)}</td>` +
+      `<td class="state ${esc(c.state)}">${esc(c.state)}</td><td class="n">${rin}</td><td class="n">${rout}</td>` +
+      `<td class="n">${c.received}</td><td class="n">${c.sent}</td><td class="n">${c.dropped}</td>` +
+      `<td class="n">${c.bad_input}</td><td class="detail">${esc(note)}</td></tr>`;
+  }).join("");
+}
+
+// Layered layout: a node's column is one past the deepest of its inputs.
+function drawGraph(components) {
+  const byName = new Map(components.map((c) => [c.name, c]));
+  const edges = [];
+  for (const c of components) {
+    for (const input of c.inputs || []) {
+      // `NAME`, or a port of a filter: `NAME.dropped`, `NAME.<branch>`.
+      let from = input, kind = "";
+      if (!byName.has(input) && input.includes(".")) {
+        from = input.slice(0, input.lastIndexOf("."));
+        kind = input.endsWith(".dropped") ? "dropped" : "";
+      }
+      if (byName.has(from)) edges.push({from, to: c.name, kind});
+    }
+    if (c.name.endsWith(".inbound")) {
+      const owner = c.name.slice(0, -".inbound".length);
+      if (byName.has(owner)) edges.push({from: owner, to: c.name, kind: "inbound"});
+    }
+  }
+  const depth = new Map();
+  const depthOf = (name, seen = new Set()) => {
+    if (depth.has(name)) return depth.get(name);
+    if (seen.has(name)) return 0;
+    seen.add(name);
+    const c = byName.get(name);
+    const ins = edges.filter((e) => e.to === name && e.kind !== "inbound").map((e) => e.from);
+    const d = c.role === "source" || ins.length === 0 ? 0 : 1 + Math.max(...ins.map((i) => depthOf(i, seen)));
+    depth.set(name, d);
+    return d;
+  };
+  components.forEach((c) => depthOf(c.name));
+  const columns = [];
+  for (const c of components) (columns[depth.get(c.name)] ||= []).push(c);
+  const W = 170, H = 44, GX = 60, GY = 18, pos = new Map();
+  columns.forEach((col, x) => col.forEach((c, y) => pos.set(c.name, {x: 10 + x * (W + GX), y: 10 + y * (H + GY)})));
+  // Room below the last row for the curves from an output back to its inbound side.
+  const width = 20 + columns.length * (W + GX) - GX, height = 50 + Math.max(1, ...columns.map((c) => c.length)) * (H + GY) - GY;
+  const svg = $("svg");
+  const key = components.map((c) => c.name + ":" + (c.inputs || []).join(",")).join("|");
+  if (key !== shape) {
+    shape = key;
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.innerHTML = '<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#8c959f"/></marker></defs>' + edges.map((e) => {
+      const a = pos.get(e.from), b = pos.get(e.to);
+      const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2, mx = (x1 + x2) / 2;
+      const low = Math.max(a.y, b.y) + H + 28;
+      const d = e.kind === "inbound" ? `M${a.x + W / 2},${a.y + H} C${a.x + W / 2},${low} ${b.x + W / 2},${low} ${b.x + W / 2},${b.y + H}` : `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`;
+      return `<path class="edge ${e.kind}" d="${d}" marker-end="url(#arrow)"/>`;
+    }).join("") + components.map((c) => {
+      const p = pos.get(c.name);
+      return `<g class="node" data-node="${esc(c.name)}" transform="translate(${p.x},${p.y})"><rect width="${W}" height="${H}" rx="6"/>` +
+        `<text x="10" y="18">${esc(c.name)}</text><text class="t" x="10" y="34">${esc(c.type)}</text></g>`;
+    }).join("");
+  }
+  for (const c of components) {
+    const g = svg.querySelector(`[data-node="${CSS.escape(c.name)}"]`);
+    if (g) g.setAttribute("class", "node " + c.state);
+  }
+}
+
+function connectStatus() {
+  const source = new EventSource(withToken("/status/stream"));
+  source.addEventListener("status", (event) => {
+    const status = JSON.parse(event.data), now = Date.now();
+    $("conn").textContent = "live"; $("conn").className = "live";
+    $("where").innerHTML = `<code>${esc(status.listen)}</code> · ${status.clients} client(s)`;
+    $("seq").textContent = "seq " + status.seq;
+    drawGraph(status.components);
+    drawTable(status.components, now);
+    previous = new Map(status.components.map((c) => [c.name, c])); previousAt = now;
+  });
+  source.onerror = () => { $("conn").textContent = "reconnecting…"; $("conn").className = "down"; };
+}
+
+let paused = false, held = [], lastSeq = null;
+const MAX_TAIL = 300;
+function matches(type) {
+  const f = $("filter").value.trim();
+  if (!f) return true;
+  return f.split(",").map((p) => p.trim()).filter(Boolean).some((p) => p.endsWith("*") ? type.startsWith(p.slice(0, -1)) : type === p);
+}
+function show(signal) {
+  if (!matches(signal.type)) return;
+  const li = document.createElement("li");
+  const t = new Date(signal.timestamp).toISOString().slice(11, 23);
+  li.innerHTML = `<span class="s">${t}</span> <span class="k">${esc(signal.type)}</span> <span class="s">${esc(signal.source)}</span> ${esc(JSON.stringify(signal.payload))}`;
+  li.dataset.type = signal.type;
+  const tail = $("tail");
+  tail.insertBefore(li, tail.firstChild);
+  while (tail.children.length > MAX_TAIL) tail.removeChild(tail.lastChild);
+}
+function connectTail() {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const since = lastSeq === null ? "" : "since=" + lastSeq;
+  const ws = new WebSocket(scheme + "//" + location.host + withToken("/ws" + (since ? "?" + since : "")));
+  ws.onmessage = (event) => {
+    const frame = JSON.parse(event.data);
+    if (!frame.type) return;
+    lastSeq = frame.metadata && frame.metadata.seq !== undefined ? frame.metadata.seq : lastSeq;
+    if (paused) { held.push(frame); if (held.length > MAX_TAIL) held.shift(); } else show(frame);
+  };
+  ws.onclose = () => setTimeout(connectTail, 1000);
+}
+$("pause").onclick = () => {
+  paused = !paused;
+  $("pause").textContent = paused ? "Resume" : "Pause";
+  if (!paused) { held.forEach(show); held = []; }
+};
+connectStatus();
+connectTail();
+</script></body></html>
+"##;

@@ -80,6 +80,21 @@ pub struct Node {
     pub location: Location,
 }
 
+impl Node {
+    /// How an input names this node's `port`: `NAME`, `NAME.dropped` or `NAME.<port>`.
+    pub fn port_name(&self, port: Port) -> String {
+        match (port, &self.kind) {
+            (Port::Main, _) => self.name.clone(),
+            (Port::Dropped, _) => format!("{}.dropped", self.name),
+            (Port::Named(i), NodeKind::Filter(spec)) => match spec.ports().get(usize::from(i)) {
+                Some(port) => format!("{}.{port}", self.name),
+                None => self.name.clone(),
+            },
+            (Port::Named(_), _) => self.name.clone(),
+        }
+    }
+}
+
 /// What a node is.
 pub enum NodeKind {
     /// A source.
