@@ -523,11 +523,22 @@ async fn health_metrics_and_status_page() {
     }
     let page = http(server.addr, "GET", "/", &[], b"").await;
     assert_eq!(page.status, 200);
-    assert!(page.body.contains("<table") && page.body.contains("ui_obs.inbound"));
+    assert!(page.body.contains("<table") && page.body.contains("/status/stream"));
     assert!(
-        !page.body.contains("http://") || !page.body.contains("<script src"),
+        !page.body.contains("<script src") && !page.body.contains("<link"),
         "no external assets"
     );
+    // What the page draws: the status stream's first event names every component.
+    let mut status = Sse::connect(server.addr, "/status/stream", &[]).await;
+    let first = status.next().await.expect("a status event");
+    let names: Vec<&str> = first.data["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["ui_obs.inbound", "ui_obs"]);
+    drop(status);
     assert_eq!(
         http(server.addr, "GET", "/nope", &[], b"").await.status,
         404
