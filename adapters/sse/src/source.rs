@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, LinkEnds, Options, Source, SourceContext,
 };
@@ -53,8 +54,8 @@ pub struct SseSourceConfig {
     /// logged.
     #[serde(default)]
     pub headers: Headers,
-    /// A stream silent (no byte, not even a comment) for this long is lost, in ms; unset:
-    /// no limit.
+    /// A stream silent (no byte, not even a comment) for this long is lost, in ms (from 1
+    /// to 86400000, one day); unset: no limit.
     #[serde(default)]
     pub idle_timeout_ms: Option<u64>,
 }
@@ -74,9 +75,11 @@ impl SseSourceConfig {
             .headers
             .check()
             .map_err(|e| options.error_at("headers", e))?;
-        if config.idle_timeout_ms == Some(0) {
-            return Err(options.error_at("idle_timeout_ms", "must be at least 1"));
-        }
+        options.check_range_opt(
+            "idle_timeout_ms",
+            config.idle_timeout_ms,
+            1..=MAX_DURATION_MS,
+        )?;
         Ok(config)
     }
 }

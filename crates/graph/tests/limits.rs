@@ -41,18 +41,22 @@ fn absurd_runtime_options_are_refused() {
     refused(
         "[runtime]\nqueue = 18446744073709551615\n",
         (2, 9),
-        "`queue` must be from 1 to 1000000, got 18446744073709551615",
+        "`queue` must be at least 1 and at most 1000000, got 18446744073709551615",
     );
     refused(
         "[runtime]\nqueue = 1000000000000\n",
         (2, 9),
-        "`queue` must be from 1 to 1000000",
+        "`queue` must be at least 1 and at most 1000000",
     );
-    refused("[runtime]\nqueue = 0\n", (2, 9), "`queue` must be from 1");
+    refused(
+        "[runtime]\nqueue = 0\n",
+        (2, 9),
+        "`queue` must be at least 1",
+    );
     refused(
         "[runtime]\nshutdown_timeout_ms = 99999999999\n",
         (2, 23),
-        "`shutdown_timeout_ms` must be from 0 to 3600000",
+        "`shutdown_timeout_ms` must be at least 0 and at most 3600000",
     );
     compile("[runtime]\nqueue = 1000000\nshutdown_timeout_ms = 3600000\n")
         .expect("the maxima pass");
@@ -64,7 +68,7 @@ fn an_absurd_output_queue_is_refused() {
         refused(
             &format!("[outputs.o]\ntype = \"sink\"\ninputs = []\nqueue = {queue}\n"),
             (4, 9),
-            &format!("o: `queue` must be from 1 to 1000000, got {queue}"),
+            &format!("o: `queue` must be at least 1 and at most 1000000, got {queue}"),
         );
     }
 }

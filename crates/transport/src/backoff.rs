@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{Diagnostic, Options};
 
 /// Delays between reconnection attempts: attempt `n` (1-based, counted since the last
@@ -65,9 +66,8 @@ impl Backoff {
 /// Checks a transport's `backoff_initial_ms` and `backoff_max_ms` options: the first
 /// delay at least 1 ms, the cap at least the first delay. The error points at the key.
 pub fn check_delays(options: &Options<'_>, initial_ms: u64, max_ms: u64) -> Result<(), Diagnostic> {
-    if initial_ms == 0 {
-        return Err(options.error_at("backoff_initial_ms", "must be at least 1"));
-    }
+    options.check_range("backoff_initial_ms", initial_ms, 1..=MAX_DURATION_MS)?;
+    options.check_range("backoff_max_ms", max_ms, 1..=MAX_DURATION_MS)?;
     if max_ms < initial_ms {
         return Err(options.error_at("backoff_max_ms", "must be at least `backoff_initial_ms`"));
     }

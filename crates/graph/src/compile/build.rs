@@ -264,7 +264,10 @@ impl OutputCommon {
                             Some(message) => message,
                         },
                         Err(_) => {
-                            format!("`queue` must be from 1 to {MAX_QUEUE}, got {}", i.as_str())
+                            format!(
+                                "`queue` must be at least 1 and at most {MAX_QUEUE}, got {}",
+                                i.as_str()
+                            )
                         }
                     };
                     return Err(file.error(v.span(), format!("{name}: {message}")));

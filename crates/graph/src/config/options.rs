@@ -204,7 +204,7 @@ pub fn out_of_range<T: PartialOrd + Display>(
         return None;
     }
     Some(format!(
-        "`{key}` must be from {} to {}, got {value}",
+        "`{key}` must be at least {} and at most {}, got {value}",
         range.start(),
         range.end()
     ))
@@ -282,8 +282,9 @@ mod tests {
         let err = check("emit = \"x\"\ninterval_ms = 18446744073709551615\n").unwrap_err();
         assert_eq!((err.line, err.col), (2, 15), "{err}");
         assert!(
-            err.message
-                .contains("`interval_ms` must be from 1 to 86400000, got 18446744073709551615"),
+            err.message.contains(
+                "`interval_ms` must be at least 1 and at most 86400000, got 18446744073709551615"
+            ),
             "{err}"
         );
         assert!(check("interval_ms = 0").is_err());
