@@ -46,10 +46,10 @@ impl Backoff {
         self.next_delay().map(|d| with_jitter(d, jitter_unit()))
     }
 
-    /// Changes the first delay (an SSE server's `retry:`); the cap grows to fit it.
+    /// Changes the first delay (an SSE server's `retry:`), clamped to the cap: a peer
+    /// cannot push the delay past the configured `backoff_max_ms`.
     pub fn set_initial(&mut self, initial: Duration) {
-        self.initial = initial;
-        self.max = self.max.max(initial);
+        self.initial = initial.clamp(Duration::from_millis(1), self.max);
     }
 
     /// How many attempts failed since the last success.
@@ -112,6 +112,20 @@ pub fn jitter_unit() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_retry_is_clamped_to_the_cap() {
+        let mut b = Backoff::new(
+            Duration::from_millis(100),
+            Duration::from_millis(30_000),
+            None,
+        );
+        b.set_initial(Duration::from_millis(99_999_999_999));
+        assert_eq!(b.next_delay(), Some(Duration::from_millis(30_000)));
+        b.set_initial(Duration::from_millis(500));
+        b.reset();
+        assert_eq!(b.next_delay(), Some(Duration::from_millis(500)));
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
