@@ -83,8 +83,7 @@ fn a_huge_scenario_speed_is_refused_at_validation() {
     let errors = compile(
         "[sources.in]\ntype = \"file\"\nformat = \"scenario\"\npath = \"x\"\nspeed = 1e300\n",
     )
-    .err()
-    .expect("refused");
+    .expect_err("refused");
     let e = &errors[0];
     assert_eq!((e.line, e.col), (5, 9), "{e}");
     assert!(e.message.contains("from 0 to 1000"), "{e}");
