@@ -31,7 +31,8 @@ pub struct MidiOutputConfig {
     /// programs connect to.
     #[serde(default, rename = "virtual")]
     pub virtual_port: Option<String>,
-    /// How often the port list is checked for the device leaving or returning, ms.
+    /// How often the port list is checked for the device leaving or returning, ms (from 10
+    /// to 86400000, one day).
     #[serde(default = "default_rescan_ms")]
     pub rescan_ms: u64,
     /// The MIDI client name.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{
     BoxFuture, ComponentError, ComponentStats, Diagnostic, HealthState, Options, Source,
     SourceContext,
@@ -32,7 +33,8 @@ pub struct MidiSourceConfig {
     /// Emit system messages (SysEx, clock, …) instead of dropping them.
     #[serde(default)]
     pub system: bool,
-    /// How often the port list is checked for the device leaving or returning, ms.
+    /// How often the port list is checked for the device leaving or returning, ms (from 10
+    /// to 86400000, one day).
     #[serde(default = "default_rescan_ms")]
     pub rescan_ms: u64,
     /// The MIDI client name patchbay opens the system with (its ports show as
@@ -65,12 +67,7 @@ pub(crate) fn check_common(
     rescan_ms: u64,
     client_name: &str,
 ) -> Result<(), Diagnostic> {
-    if rescan_ms < MIN_RESCAN_MS {
-        return Err(options.error_at(
-            "rescan_ms",
-            format!("rescan_ms must be at least {MIN_RESCAN_MS}"),
-        ));
-    }
+    options.check_range("rescan_ms", rescan_ms, MIN_RESCAN_MS..=MAX_DURATION_MS)?;
     system::check_client_name(client_name)
         .map_err(|e| options.error_at("client_name", e.to_string()))
 }

@@ -64,7 +64,7 @@ fn source_mistakes_point_at_their_key() {
     assert_one_error(
         &source("port = \"pad\"\nrescan_ms = 5"),
         4,
-        "rescan_ms must be at least 10",
+        "`rescan_ms` must be at least 10 and at most 86400000, got 5",
     );
     assert_one_error(
         &source("port = \"pad\"\nclient_name = \"a:b\""),

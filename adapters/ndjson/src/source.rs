@@ -19,6 +19,8 @@ pub enum FileFormat {
     #[default]
     Signals,
     /// sajou emitter lines `{"delayMs": N, "signal": {…}}`, replayed with their delays.
+    /// A `delayMs` below 0 or above 86400000 (one day) makes the line a bad line (an
+    /// `error` signal); the replay goes on with the next one.
     Scenario,
 }
 
@@ -34,13 +36,17 @@ pub struct FileSourceConfig {
     /// Scenario only: each `delayMs` is multiplied by `speed` (1 = real time, 0.5 = twice
     /// as fast, 0 = as fast as possible). Replayed signals are stamped with the scenario's
     /// own timeline (start time + the sum of `delayMs`), whatever the speed, so event-clock
-    /// filters give the same output at any speed.
+    /// filters give the same output at any speed. At most 1000.
     #[serde(default = "default_speed")]
     pub speed: f64,
     /// Start again from the top when the file ends (the source then never ends).
     #[serde(default, rename = "loop")]
     pub repeat: bool,
 }
+
+/// The slowest replay: each delay times 1000 (with the one-day bound on a delay, a wait
+/// stays far within what a timer can sleep).
+const MAX_SPEED: f64 = 1000.0;
 
 fn default_speed() -> f64 {
     1.0
@@ -54,8 +60,11 @@ pub struct StdinConfig {}
 pub(crate) fn build_file(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     let mut config: FileSourceConfig = options.parse()?;
     config.path = options.resolve_path(&config.path);
-    if !(config.speed.is_finite() && config.speed >= 0.0) {
-        return Err(options.error_at("speed", "`speed` must be a number >= 0"));
+    if !(config.speed.is_finite() && (0.0..=MAX_SPEED).contains(&config.speed)) {
+        return Err(options.error_at(
+            "speed",
+            format!("`speed` must be a number from 0 to {MAX_SPEED}"),
+        ));
     }
     if options.has("speed") && config.format != FileFormat::Scenario {
         return Err(options.error_at("speed", "`speed` applies to `format = \"scenario\"` only"));
@@ -145,6 +154,22 @@ async fn read_signals(
     }
 }
 
+/// The longest `delayMs` a scenario line may ask for: one day. A longer (or negative)
+/// delay is a bad line, reported as an `error` signal, and the replay goes on with the
+/// next line; this keeps both the wait and the replayed timestamps in range.
+pub(crate) const MAX_SCENARIO_DELAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// A scenario line's `delayMs` in whole ms (fractions are dropped), or why it is refused.
+fn scenario_delay(line: &serde_json::Map<String, Value>) -> Result<i64, String> {
+    let delay = line.get("delayMs").and_then(Value::as_f64).unwrap_or(0.0);
+    if !(0.0..=MAX_SCENARIO_DELAY_MS as f64).contains(&delay) {
+        return Err(format!(
+            "`delayMs` must be between 0 and {MAX_SCENARIO_DELAY_MS} (one day), not {delay}"
+        ));
+    }
+    Ok(delay as i64)
+}
+
 async fn replay_scenario(
     file: tokio::fs::File,
     source: &str,
@@ -161,22 +186,27 @@ async fn replay_scenario(
         }
         let decoded = match serde_json::from_str::<Value>(&line) {
             Ok(Value::Object(obj)) if is_scenario_line(&obj) => {
-                let delay = obj
-                    .get("delayMs")
-                    .and_then(Value::as_f64)
-                    .unwrap_or(0.0)
-                    .max(0.0);
-                let wait = delay * speed;
+                let delay = match scenario_delay(&obj) {
+                    Ok(delay) => delay,
+                    Err(why) => {
+                        let bad = Decoded::BadInput(normalizer.bad_input(&line, &why));
+                        if cx.emit_decoded(bad).await.is_err() {
+                            return Ok(false);
+                        }
+                        continue;
+                    }
+                };
+                let wait = delay as f64 * speed;
                 if wait > 0.0 {
                     tokio::select! {
                         () = tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)) => {}
                         () = cx.shutdown().wait() => return Ok(false),
                     }
                 }
-                timeline += delay as i64;
+                timeline = timeline.saturating_add(delay);
                 match normalizer.from_value(obj.get("signal").cloned().unwrap_or(Value::Null)) {
                     Decoded::Signal(mut signal) => {
-                        signal.timestamp = start + timeline;
+                        signal.timestamp = start.saturating_add(timeline);
                         Decoded::Signal(signal)
                     }
                     bad => bad,

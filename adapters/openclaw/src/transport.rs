@@ -308,7 +308,11 @@ impl OpenClawLink {
 /// Resolves when nothing was heard for `limit` since `last_heard` (never without a limit).
 async fn silence(last_heard: tokio::time::Instant, limit: Option<Duration>) {
     match limit {
-        Some(limit) => tokio::time::sleep_until(last_heard + limit).await,
+        // A gateway's absurd `tick_interval_ms` is "never", not an Instant overflow panic.
+        Some(limit) => match last_heard.checked_add(limit) {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        },
         None => std::future::pending().await,
     }
 }
@@ -316,6 +320,17 @@ async fn silence(last_heard: tokio::time::Instant, limit: Option<Duration>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_absurd_tick_interval_from_the_gateway_means_no_silence_limit() {
+        let limit = Some(Duration::from_millis(u64::MAX.saturating_mul(2)));
+        let waited = tokio::time::timeout(
+            Duration::from_millis(20),
+            silence(tokio::time::Instant::now(), limit),
+        )
+        .await;
+        assert!(waited.is_err(), "no silence reported");
+    }
 
     #[test]
     fn the_token_comes_from_the_openclaw_config() {

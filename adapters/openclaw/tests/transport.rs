@@ -345,6 +345,14 @@ fn config_errors_point_at_the_key() {
         ("max_attempts = 0", "at least 1"),
         ("connect_timeout_ms = 0", "at least 1"),
         ("backoff_max_ms = 1", "backoff_initial_ms"),
+        (
+            "connect_timeout_ms = 18446744073709551615",
+            "`connect_timeout_ms` must be at least 1 and at most 86400000",
+        ),
+        (
+            "backoff_max_ms = 1000000000000",
+            "`backoff_max_ms` must be at least 1 and at most 86400000",
+        ),
         ("tokn = \"x\"", "did you mean `token`"),
     ] {
         let config = format!("[sources.claw]\ntype = \"openclaw\"\n{options}\n");

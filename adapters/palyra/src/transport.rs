@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
     Source, SourceContext,
@@ -130,19 +131,25 @@ pub struct PalyraConfig {
     /// Realtime topics to subscribe to (empty: all).
     #[serde(default)]
     pub topics: Vec<String>,
-    /// Attempts per ACP command (1 = no retry).
+    /// Attempts per ACP command (1 = no retry; at most 100).
     #[serde(default = "default_command_attempts")]
     pub command_attempts: u32,
-    /// Delay before the first command retry (doubles per retry).
+    /// Delay before the first command retry, in ms (doubles per retry; at most 86400000,
+    /// one day).
     #[serde(default = "default_command_backoff_ms")]
     pub command_backoff_ms: u64,
-    /// Realtime heartbeat to negotiate; patchbay pings at this interval.
+    /// Realtime heartbeat to negotiate, in ms (from 1 to 86400000, one day); patchbay
+    /// pings at this interval.
     #[serde(default)]
     pub heartbeat_interval_ms: Option<u64>,
-    /// Timeout of one HTTP request (not of a streaming run), in ms.
+    /// Timeout of one HTTP request (not of a streaming run), in ms (from 1 to 86400000,
+    /// one day).
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
 }
+
+/// The most attempts per ACP command.
+const MAX_COMMAND_ATTEMPTS: u32 = 100;
 
 fn default_client_id() -> String {
     "patchbay".into()
@@ -171,9 +178,26 @@ impl PalyraConfig {
         if config.mode == Mode::Console && config.session.as_deref().is_none_or(str::is_empty) {
             return Err(options.error_at("session", "console mode needs `session`"));
         }
-        if config.command_attempts == 0 {
-            return Err(options.error_at("command_attempts", "must be at least 1"));
-        }
+        options.check_range(
+            "command_attempts",
+            config.command_attempts,
+            1..=MAX_COMMAND_ATTEMPTS,
+        )?;
+        options.check_range(
+            "command_backoff_ms",
+            config.command_backoff_ms,
+            0..=MAX_DURATION_MS,
+        )?;
+        options.check_range_opt(
+            "heartbeat_interval_ms",
+            config.heartbeat_interval_ms,
+            1..=MAX_DURATION_MS,
+        )?;
+        options.check_range(
+            "request_timeout_ms",
+            config.request_timeout_ms,
+            1..=MAX_DURATION_MS,
+        )?;
         Ok(config)
     }
 

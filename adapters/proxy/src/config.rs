@@ -2,6 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{Diagnostic, Options};
 use serde::Deserialize;
 
@@ -37,12 +38,13 @@ pub struct LlmConfig {
     /// Proxy: the upstream base URL (`http://127.0.0.1:11434`, `https://api.anthropic.com`).
     #[serde(default)]
     pub upstream: Option<String>,
-    /// Proxy: how often the upstream's `/v1/models` is polled for health, in ms (0: never).
+    /// Proxy: how often the upstream's `/v1/models` is polled for health, in ms (0: never;
+    /// at most 86400000, one day).
     #[serde(default = "default_health_interval_ms")]
     pub health_interval_ms: u64,
     /// How long the upstream may take to answer, and at most between two chunks of a
     /// stream, in ms. Past it the client gets a 504 (or the stream is cut) and an `error`
-    /// signal is emitted.
+    /// signal is emitted. At most 86400000 (one day).
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     /// Prompt: the API key (write `${ENV_VAR}`); proxy: the key of the health poll only.
@@ -101,9 +103,15 @@ impl LlmConfig {
             )
         })?;
         let upstream = parse_base_url(upstream).map_err(|msg| options.error_at("upstream", msg))?;
+        options.check_range(
+            "health_interval_ms",
+            config.health_interval_ms,
+            0..=MAX_DURATION_MS,
+        )?;
         if config.timeout_ms == 0 {
             return Err(options.error_at("timeout_ms", "must be positive"));
         }
+        options.check_range("timeout_ms", config.timeout_ms, 1..=MAX_DURATION_MS)?;
         Ok(ProxyConfig {
             listen,
             upstream,
@@ -139,6 +147,7 @@ impl LlmConfig {
         if config.timeout_ms == 0 {
             return Err(options.error_at("timeout_ms", "must be positive"));
         }
+        options.check_range("timeout_ms", config.timeout_ms, 1..=MAX_DURATION_MS)?;
         if config.max_tokens == 0 {
             return Err(options.error_at("max_tokens", "must be positive"));
         }

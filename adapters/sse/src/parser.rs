@@ -3,6 +3,11 @@
 
 use std::borrow::Cow;
 
+/// The default longest line (a field, `data:` included), in bytes: 1 MiB.
+pub const DEFAULT_MAX_LINE: usize = 1 << 20;
+/// The default largest event (its `data` lines joined), in bytes: 4 MiB.
+pub const DEFAULT_MAX_EVENT: usize = 4 << 20;
+
 /// The UTF-8 byte order mark, ignored once at the start of a stream.
 const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
 
@@ -66,8 +71,22 @@ impl SseEventRef<'_> {
 /// Follows the HTML standard, with one deliberate difference: [`SseParser::finish`]
 /// dispatches a last event that the stream cut off before its blank line, because what
 /// arrived must not be thrown away.
-#[derive(Debug, Clone, Default)]
+///
+/// Memory is bounded: a line longer than its `max_line` is dropped (up to its end), and so
+/// is the event it belongs to; an event whose data grows past `max_event` is dropped.
+/// Either is reported by [`SseParser::take_overflow`].
+#[derive(Debug, Clone)]
 pub struct SseParser {
+    /// The longest line kept, in bytes.
+    max_line: usize,
+    /// The largest event data kept, in bytes.
+    max_event: usize,
+    /// A line or an event was dropped for its size since the last `take_overflow`.
+    overflow: bool,
+    /// Dropping the rest of a line that passed `max_line`.
+    skipping: bool,
+    /// Dropping the event in progress (up to its blank line).
+    dropping_event: bool,
     /// Bytes of the current line, when it spans several `feed` calls.
     line: Vec<u8>,
     /// The previous chunk ended with CR: a LF starting the next chunk belongs to it.
@@ -88,10 +107,51 @@ pub struct SseParser {
     retry: Option<u64>,
 }
 
+impl Default for SseParser {
+    fn default() -> Self {
+        Self::with_limits(DEFAULT_MAX_LINE, DEFAULT_MAX_EVENT)
+    }
+}
+
 impl SseParser {
-    /// A parser at the start of a stream.
+    /// A parser at the start of a stream, with the default limits.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A parser whose lines are at most `max_line` bytes and events at most `max_event`.
+    pub fn with_limits(max_line: usize, max_event: usize) -> Self {
+        SseParser {
+            max_line,
+            max_event,
+            overflow: false,
+            skipping: false,
+            dropping_event: false,
+            line: Vec::new(),
+            after_cr: false,
+            bom_seen: 0,
+            started: false,
+            data: String::new(),
+            event_type: String::new(),
+            last_event_id: String::new(),
+            block_retry: None,
+            retry: None,
+        }
+    }
+
+    /// Whether a line or an event was dropped for its size since the last call (and
+    /// clears the flag).
+    pub fn take_overflow(&mut self) -> bool {
+        std::mem::take(&mut self.overflow)
+    }
+
+    /// Drops the event in progress for its size.
+    fn overflowed(&mut self) {
+        self.overflow = true;
+        self.dropping_event = true;
+        self.data.clear();
+        self.data.shrink_to(64);
+        self.event_type.clear();
     }
 
     /// Feeds bytes and returns the events they complete.
@@ -120,7 +180,12 @@ impl SseParser {
         while let Some(pos) = memchr::memchr2(b'\n', b'\r', rest) {
             let (line, terminator) = (&rest[..pos], rest[pos]);
             rest = &rest[pos + 1..];
-            if self.line.is_empty() {
+            if std::mem::take(&mut self.skipping) {
+                // The end of a line already dropped.
+            } else if self.line.len() + line.len() > self.max_line {
+                self.line.clear();
+                self.overflowed();
+            } else if self.line.is_empty() {
                 self.process_line(line, &mut on_event);
             } else {
                 let mut joined = std::mem::take(&mut self.line);
@@ -136,6 +201,15 @@ impl SseParser {
                     None => self.after_cr = true,
                 }
             }
+        }
+        if self.skipping {
+            return;
+        }
+        if self.line.len() + rest.len() > self.max_line {
+            self.line = Vec::new();
+            self.skipping = true;
+            self.overflowed();
+            return;
         }
         self.line.extend_from_slice(rest);
     }
@@ -167,6 +241,7 @@ impl SseParser {
             self.process_line(&line, &mut on_event);
         }
         self.dispatch(&mut on_event);
+        self.skipping = false;
         self.after_cr = false;
         self.started = false;
         self.bom_seen = 0;
@@ -219,6 +294,8 @@ impl SseParser {
             }
         };
         match name {
+            b"data" if self.dropping_event => {}
+            b"data" if self.data.len() + value.len() + 1 > self.max_event => self.overflowed(),
             b"data" => {
                 self.data.push_str(&text(value));
                 self.data.push('\n');
@@ -243,7 +320,8 @@ impl SseParser {
 
     fn dispatch(&mut self, on_event: &mut impl FnMut(SseEventRef<'_>)) {
         let retry = self.block_retry.take();
-        if self.data.is_empty() {
+        if std::mem::take(&mut self.dropping_event) || self.data.is_empty() {
+            self.data.clear();
             self.event_type.clear();
             return;
         }
@@ -288,6 +366,27 @@ mod tests {
             id: id.map(str::to_owned),
             retry: None,
         }
+    }
+
+    #[test]
+    fn an_endless_line_is_dropped_with_its_event_and_memory_stays_bounded() {
+        let mut p = SseParser::with_limits(16, 32);
+        let mut events = p.feed(b"data: ok\n\ndata: ");
+        for _ in 0..10_000 {
+            events.extend(p.feed(&[b'x'; 1000]));
+            assert!(p.line.capacity() <= 1024, "{}", p.line.capacity());
+        }
+        assert!(p.take_overflow());
+        assert!(!p.take_overflow(), "reported once per take");
+        events.extend(p.feed(b"xx\ndata: more\n\ndata: next\n\n"));
+        // The event of the long line is dropped, the next one comes through.
+        assert_eq!(events, [ev(None, "ok", None), ev(None, "next", None)]);
+        // Data lines under the line limit that add up past the event limit.
+        let mut p = SseParser::with_limits(16, 32);
+        let lines = b"data: 0123456789\n".repeat(5);
+        assert!(p.feed(&lines).is_empty());
+        assert!(p.take_overflow());
+        assert_eq!(p.feed(b"\ndata: y\n\n"), [ev(None, "y", None)]);
     }
 
     #[test]

@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, LinkEnds, Options, Source, SourceContext,
 };
@@ -25,6 +26,9 @@ use patchbay_transport::{
 };
 use reqwest::header::HeaderValue;
 use serde::Deserialize;
+
+use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_signal::now_ms;
 
 use crate::{SseDecoder, SseEvent, SseParser};
 
@@ -53,10 +57,31 @@ pub struct SseSourceConfig {
     /// logged.
     #[serde(default)]
     pub headers: Headers,
-    /// A stream silent (no byte, not even a comment) for this long is lost, in ms; unset:
-    /// no limit.
+    /// A stream silent (no byte, not even a comment) for this long is lost, in ms (from 1
+    /// to 86400000, one day); unset: no limit.
     #[serde(default)]
     pub idle_timeout_ms: Option<u64>,
+    /// The longest line (one field, `data:` included) accepted, in bytes (default 1048576,
+    /// 1 MiB; from 1 to 67108864, 64 MiB). A longer one becomes an `error` signal
+    /// (`code: "bad_frame"`) and the connection is reset: the source reconnects and
+    /// resumes after the last event received.
+    #[serde(default = "default_max_line_bytes")]
+    pub max_line_bytes: usize,
+    /// The largest event (its `data:` lines joined) accepted, in bytes (default 4194304,
+    /// 4 MiB; from 1 to 67108864, 64 MiB); a larger one is handled as a line too long.
+    #[serde(default = "default_max_event_bytes")]
+    pub max_event_bytes: usize,
+}
+
+/// The largest `max_line_bytes` and `max_event_bytes`: 64 MiB.
+pub const MAX_SIZE_LIMIT: usize = 64 << 20;
+
+fn default_max_line_bytes() -> usize {
+    crate::parser::DEFAULT_MAX_LINE
+}
+
+fn default_max_event_bytes() -> usize {
+    crate::parser::DEFAULT_MAX_EVENT
 }
 
 impl TransportConfig for SseSourceConfig {
@@ -74,9 +99,17 @@ impl SseSourceConfig {
             .headers
             .check()
             .map_err(|e| options.error_at("headers", e))?;
-        if config.idle_timeout_ms == Some(0) {
-            return Err(options.error_at("idle_timeout_ms", "must be at least 1"));
-        }
+        options.check_range("max_line_bytes", config.max_line_bytes, 1..=MAX_SIZE_LIMIT)?;
+        options.check_range(
+            "max_event_bytes",
+            config.max_event_bytes,
+            1..=MAX_SIZE_LIMIT,
+        )?;
+        options.check_range_opt(
+            "idle_timeout_ms",
+            config.idle_timeout_ms,
+            1..=MAX_DURATION_MS,
+        )?;
         Ok(config)
     }
 }
@@ -199,7 +232,8 @@ impl Link for SseLink {
         let Some(cx) = ends.signals_in else {
             return Ended::Stop;
         };
-        let mut parser = SseParser::new();
+        let mut parser =
+            SseParser::with_limits(self.config.max_line_bytes, self.config.max_event_bytes);
         let mut body = response.bytes_stream();
         let mut out = Vec::new();
         let idle = self.config.idle_timeout_ms.map(Duration::from_millis);
@@ -231,6 +265,19 @@ impl Link for SseLink {
                 self.decoder.decode_event(event, &mut out);
                 self.last_event_id = event.id.clone();
             }
+            let overflow = parser.take_overflow();
+            if overflow {
+                let why = format!(
+                    "an SSE line or event larger than its limit (max_line_bytes = {}, max_event_bytes = {}): dropped, reconnecting",
+                    self.config.max_line_bytes, self.config.max_event_bytes
+                );
+                out.push(Decoded::BadInput(bad_input_signal(
+                    &format!("sse:{}", cx.name()),
+                    now_ms(),
+                    "",
+                    &why,
+                )));
+            }
             for decoded in out.drain(..) {
                 if cx.emit_decoded(decoded).await.is_err() {
                     return Ended::Stop;
@@ -239,11 +286,16 @@ impl Link for SseLink {
             if let Some(end) = end {
                 return end;
             }
+            if overflow {
+                // Resync: the server sends again what follows the last event received.
+                return Ended::Lost("an SSE line or event was over its size limit".into());
+            }
         }
     }
 
     /// A server's `retry:` becomes the first delay.
     fn on_lost(&mut self, backoff: &mut Backoff) {
+        // Clamped to `backoff_max_ms` by the backoff: a server cannot stop reconnects.
         if let Some(retry) = self.retry.filter(|r| *r > 0) {
             backoff.set_initial(Duration::from_millis(retry));
         }

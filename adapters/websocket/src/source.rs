@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, LinkEnds, Options, Source, SourceContext,
 };
@@ -36,8 +37,8 @@ pub struct WebSocketConfig {
     /// logged.
     #[serde(default)]
     pub headers: Headers,
-    /// How often to ping, in ms (0: never); a ping unanswered by the next is a lost
-    /// connection.
+    /// How often to ping, in ms (0: never; at most 86400000, one day); a ping unanswered
+    /// by the next is a lost connection.
     #[serde(default = "default_ping_interval_ms")]
     pub ping_interval_ms: u64,
 }
@@ -61,6 +62,11 @@ impl WebSocketConfig {
             .headers
             .check()
             .map_err(|e| options.error_at("headers", e))?;
+        options.check_range(
+            "ping_interval_ms",
+            config.ping_interval_ms,
+            0..=MAX_DURATION_MS,
+        )?;
         Ok(config)
     }
 }

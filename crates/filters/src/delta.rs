@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::keyed::Keyed;
-use crate::options::{DotPath, default_max_keys, max_keys_bound, non_negative_opt, positive};
+use crate::options::{
+    DotPath, MAX_KEYS, default_max_keys, max_keys_bound, non_negative_opt, positive,
+};
 use crate::{ConfigError, RESET};
 
 /// Options of a `delta` filter.
@@ -42,8 +44,8 @@ pub struct DeltaConfig {
     /// Compare each value at this path separately (a missing value is one more key).
     #[serde(default)]
     pub key: Option<DotPath>,
-    /// At most this many keys are remembered (default 10000); the least recently used one
-    /// is forgotten (its next value passes as a first one).
+    /// At most this many keys are remembered (default 10000, at most 1000000); the least
+    /// recently used one is forgotten (its next value passes as a first one).
     #[serde(default = "default_max_keys", deserialize_with = "positive")]
     pub max_keys: u64,
 }
@@ -51,6 +53,7 @@ pub struct DeltaConfig {
 /// Builds a `delta` from its options.
 pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
     let config: DeltaConfig = options.parse()?;
+    options.check_range("max_keys", config.max_keys, 1..=MAX_KEYS)?;
     config.into_spec().map_err(|e| e.locate(options))
 }
 
@@ -182,6 +185,17 @@ mod tests {
             .map(|(i, v)| val(&i.to_string(), Some(v.clone())))
             .collect();
         Driver::new(&spec).run(signals)
+    }
+
+    #[test]
+    fn absurd_max_keys_are_refused_at_the_value() {
+        let (l, c, m) =
+            crate::testing::build_error("path = \"payload.v\"\nmax_keys = 1000000000000", build);
+        assert_eq!((l, c), (2, 12), "{m}");
+        assert!(
+            m.contains("`max_keys` must be at least 1 and at most 1000000"),
+            "{m}"
+        );
     }
 
     #[test]

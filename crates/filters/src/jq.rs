@@ -4,22 +4,236 @@
 //! The standard library of jq is available (jaq's core, std and JSON definitions) except
 //! `env` (environment variables hold secrets: an expression must not copy them into
 //! signals) and the `input`/`inputs` filters. `halt` does not stop patchbay: it is a runtime
-//! error like any other. An expression that never ends (`repeat(.)` without output,
-//! `def f: f; f`) cannot be interrupted: it is the config author's responsibility.
+//! error like any other.
+//!
+//! **Limits.** One evaluation (one signal) may take at most [`MAX_STEPS`] steps (a step is
+//! a call of a jq function, a value `range` produces, an iteration of `reduce`/`foreach`),
+//! nest its calls at most [`MAX_STACK`] bytes of stack deep, and allocate at most
+//! [`MAX_MEMORY`] bytes while it runs (where the process counts allocations with
+//! [`MeteredAlloc`], as the `patchbay` binary does). Past a limit the evaluation stops
+//! and the signal gets a runtime error (counted as the filter's error for that signal),
+//! so that `def f: f; f`, `last(range(1e18))`, `def f: f + 1; f` or
+//! `[range(1e18)] | length` neither stall the graph, nor abort the process, nor eat its
+//! memory.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
+use jaq_core::data::{DataT, HasLut};
 use jaq_core::load::{Arena, File, Loader};
-use jaq_core::{Ctx, Vars};
+use jaq_core::native::v;
+use jaq_core::{Ctx, Native, ValX, Vars};
 use jaq_json::{Num, Val};
 use patchbay_signal::Signal;
 use serde::Deserialize;
 use serde::de::{Deserializer, Error as _};
 use serde_json::{Number, Value};
 
-type Data = jaq_core::data::JustLut<Val>;
+/// The most steps one evaluation may take (about a few hundred milliseconds of work).
+pub const MAX_STEPS: u64 = 1_000_000;
+
+/// The most stack one evaluation may use, in bytes, counted from where it starts: far below
+/// the 2 MiB of a runtime thread, so that a deep recursion stops with an error instead of
+/// overflowing the stack (which would abort the process).
+pub const MAX_STACK: usize = 256 * 1024;
+
+/// The most memory one evaluation may allocate while it runs, in bytes (64 MiB).
+pub const MAX_MEMORY: usize = 64 << 20;
+
+/// jaq's data: the lookup table of the filter, behind a handle whose every clone is one
+/// step. jaq clones it on each function call, each bound variable and each iteration, so
+/// the handle sees every loop, recursion and generator of an expression.
+struct Metered;
+
+impl DataT for Metered {
+    type V<'a> = Val;
+    type Data<'a> = MeteredLut<'a>;
+}
+
+struct MeteredLut<'a>(&'a jaq_core::Lut<Metered>);
+
+impl Clone for MeteredLut<'_> {
+    fn clone(&self) -> Self {
+        step();
+        MeteredLut(self.0)
+    }
+}
+
+impl<'a> HasLut<'a, Metered> for MeteredLut<'a> {
+    fn lut(&self) -> &'a jaq_core::Lut<Metered> {
+        self.0
+    }
+}
+
+type Data = Metered;
+
+/// Why an evaluation was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exceeded {
+    Steps,
+    Stack,
+    Memory,
+}
+
+impl fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exceeded::Steps => write!(f, "the jq expression took more than {MAX_STEPS} steps"),
+            Exceeded::Stack => write!(
+                f,
+                "the jq expression recursed too deep (more than {} KiB of stack)",
+                MAX_STACK / 1024
+            ),
+            Exceeded::Memory => write!(
+                f,
+                "the jq expression allocated more than {} MiB",
+                MAX_MEMORY >> 20
+            ),
+        }
+    }
+}
+
+/// The meter of the evaluation running on this thread, if any.
+#[derive(Debug, Clone, Copy)]
+struct Meter {
+    steps: u64,
+    stack_base: usize,
+}
+
+thread_local! {
+    static METER: Cell<Option<Meter>> = const { Cell::new(None) };
+    /// Bytes allocated (minus freed) on this thread while an evaluation runs.
+    static ALLOCATED: Cell<isize> = const { Cell::new(0) };
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The address of a local: where the stack is now.
+#[inline(always)]
+fn stack_here() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
+}
+
+/// One step of the running evaluation: stops it (unwinding to [`JqExpr::run`], without the
+/// panic hook) when a limit is passed.
+fn step() {
+    let Some(mut meter) = METER.with(Cell::get) else {
+        return;
+    };
+    meter.steps += 1;
+    let exceeded = if meter.steps > MAX_STEPS {
+        Some(Exceeded::Steps)
+    } else if meter.stack_base.abs_diff(stack_here()) > MAX_STACK {
+        Some(Exceeded::Stack)
+    } else if ALLOCATED.with(Cell::get) > MAX_MEMORY as isize {
+        Some(Exceeded::Memory)
+    } else {
+        None
+    };
+    METER.with(|m| m.set(Some(meter)));
+    if let Some(exceeded) = exceeded {
+        // Stop metering first: unwinding clones and drops nothing metered, but be safe.
+        METER.with(|m| m.set(None));
+        resume_unwind(Box::new(exceeded));
+    }
+}
+
+/// Meters the evaluation `run` on this thread; restores the previous state after.
+fn metered<T>(run: impl FnOnce() -> T) -> std::thread::Result<T> {
+    let outer = METER.with(|m| {
+        m.replace(Some(Meter {
+            steps: 0,
+            stack_base: stack_here(),
+        }))
+    });
+    let before = ALLOCATED.with(|a| a.replace(0));
+    COUNTING.with(|c| c.set(true));
+    let result = catch_unwind(AssertUnwindSafe(run));
+    COUNTING.with(|c| c.set(false));
+    ALLOCATED.with(|a| a.set(before));
+    METER.with(|m| m.set(outer));
+    result
+}
+
+/// The system allocator, counting what a jq evaluation allocates on its thread so that
+/// [`MAX_MEMORY`] holds. A program that runs jq expressions from untrusted configs
+/// installs it with `#[global_allocator]`; without it, an evaluation is bounded by its
+/// steps and stack only.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MeteredAlloc;
+
+impl MeteredAlloc {
+    fn count(delta: isize) {
+        // `try_with`: the thread-locals may be gone while a thread ends.
+        let _ = COUNTING.try_with(|counting| {
+            if counting.get() {
+                let _ = ALLOCATED.try_with(|a| a.set(a.get().saturating_add(delta)));
+            }
+        });
+    }
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; counting touches only
+// const-initialized thread-locals (no allocation, no unwinding).
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for MeteredAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        Self::count(layout.size() as isize);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        Self::count(layout.size() as isize);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        Self::count(-(layout.size() as isize));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        Self::count(new_size as isize - layout.size() as isize);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// `range($from; $to; $by)` as jaq's, but each value produced is a step: a generator
+/// such as `range(1e18)` calls no function between its values.
+fn metered_range(mut cv: jaq_core::Cv<'_, Data>) -> jaq_core::ValXs<'_, Val> {
+    let by = cv.0.pop_var();
+    let to = cv.0.pop_var();
+    let from = cv.0.pop_var();
+    let ascending = by > Val::from(0isize);
+    let descending = by < Val::from(0isize);
+    let mut next: Option<ValX<Val>> = Some(Ok(from));
+    Box::new(std::iter::from_fn(move || {
+        let x = match next.take()? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        let go = if ascending {
+            x < to
+        } else if descending {
+            x > to
+        } else {
+            x != to
+        };
+        if !go {
+            return None;
+        }
+        step();
+        next = Some((x.clone() + by.clone()).map_err(jaq_core::Exn::from));
+        Some(Ok(x))
+    }))
+}
 
 /// Native jq filters left out: see the module documentation.
 const EXCLUDED: [&str; 3] = ["env", "input", "inputs"];
@@ -55,6 +269,9 @@ pub enum RunError {
     /// An output nested too deep to convert to JSON (see `MAX_DEPTH`).
     #[error("output nested deeper than {MAX_DEPTH} levels")]
     TooDeep,
+    /// The evaluation passed one of its limits (steps, stack, memory) and was stopped.
+    #[error("{0}")]
+    Limit(String),
 }
 
 /// A compiled jq expression.
@@ -86,7 +303,10 @@ impl JqExpr {
         let defs = jaq_core::defs()
             .chain(jaq_std::defs())
             .chain(jaq_json::defs());
+        let range = ("range", v(3), Native::<Data>::new(metered_range));
         let funs = jaq_core::funs::<Data>()
+            .filter(|(name, _, _)| *name != "range")
+            .chain([range])
             .chain(jaq_std::funs::<Data>())
             .chain(jaq_json::funs::<Data>())
             .filter(|(name, _, _)| !EXCLUDED.contains(name));
@@ -134,21 +354,28 @@ impl JqExpr {
     }
 
     /// Runs the expression on the envelope of `signal`, handing each output to `each`
-    /// until it returns false. A panic inside jaq is turned into a runtime error.
+    /// until it returns false, within the limits (see the module documentation). A limit
+    /// passed, or a panic inside jaq, is a runtime error.
     fn run(&self, signal: &Signal, mut each: impl FnMut(Result<Val, RunError>) -> bool) {
         let input = signal_to_val(signal);
         let filter = &self.filter;
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            let ctx = Ctx::<Data>::new(&filter.lut, Vars::new([]));
+        let mut more = true;
+        let result = metered(|| {
+            let ctx = Ctx::<Data>::new(MeteredLut(&filter.lut), Vars::new([]));
             for output in filter.id.run((ctx, input)) {
-                let output = output.map_err(describe_exception);
-                if !each(output) {
+                more = each(output.map_err(describe_exception));
+                if !more {
                     break;
                 }
             }
-        }));
-        if result.is_err() {
-            each(Err(RunError::Panicked));
+        });
+        if let Err(panic) = result
+            && more
+        {
+            each(Err(match panic.downcast::<Exceeded>() {
+                Ok(exceeded) => RunError::Limit(exceeded.to_string()),
+                Err(_) => RunError::Panicked,
+            }));
         }
     }
 }

@@ -10,6 +10,12 @@ use serde::de::{Deserializer, Error as _};
 /// The default bound on the number of keys a keyed filter remembers.
 pub const DEFAULT_MAX_KEYS: u64 = 10_000;
 
+/// The largest `max_keys` of a keyed filter: one million keys.
+pub const MAX_KEYS: u64 = 1_000_000;
+
+/// The largest `burst` of a rate throttle and `every` of a sample.
+pub const MAX_COUNT: u64 = 1_000_000_000;
+
 /// A dot path into a signal (`type`, `payload.note`, `metadata.seq`, sajou's `content`),
 /// parsed at load.
 #[derive(Debug, Clone, PartialEq, Eq)]

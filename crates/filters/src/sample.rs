@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
 use patchbay_signal::path::Path;
@@ -10,7 +11,8 @@ use serde::Deserialize;
 use crate::key_timers::KeyTimers;
 use crate::keyed::Key;
 use crate::options::{
-    DotPath, default_max_keys, max_keys_bound, positive, positive_opt, ratio_opt, seed_opt,
+    DotPath, MAX_COUNT, MAX_KEYS, default_max_keys, max_keys_bound, positive, positive_opt,
+    ratio_opt, seed_opt,
 };
 use crate::{ConfigError, RESET};
 
@@ -35,7 +37,7 @@ pub const DEFAULT_SEED: u64 = 0x5EED_0F5A_4D1E;
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SampleConfig {
-    /// Pass one signal in this many (≥ 1), starting with the first.
+    /// Pass one signal in this many (from 1 to 10^9), starting with the first.
     #[serde(default, deserialize_with = "positive_opt")]
     pub every: Option<u64>,
     /// Pass each signal with this probability (0 to 1).
@@ -44,14 +46,15 @@ pub struct SampleConfig {
     /// With `ratio`: the random generator's seed (any integer).
     #[serde(default, deserialize_with = "seed_opt")]
     pub seed: Option<u64>,
-    /// Emit the latest signal of each window of this many milliseconds (≥ 1).
+    /// Emit the latest signal of each window of this many milliseconds, from 1 to
+    /// 86400000 (one day).
     #[serde(default, deserialize_with = "positive_opt")]
     pub interval_ms: Option<u64>,
     /// Sample each value at this path separately (a missing value is one more key).
     #[serde(default)]
     pub key: Option<DotPath>,
-    /// At most this many keys are remembered (default 10000); the least recently used one
-    /// is evicted, after emitting its held signal.
+    /// At most this many keys are remembered (default 10000, at most 1000000); the least
+    /// recently used one is evicted, after emitting its held signal.
     #[serde(default = "default_max_keys", deserialize_with = "positive")]
     pub max_keys: u64,
     /// With `interval_ms`: `wall` (default, machine time) or `event` (the signals'
@@ -63,6 +66,9 @@ pub struct SampleConfig {
 /// Builds a `sample` from its options.
 pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
     let config: SampleConfig = options.parse()?;
+    options.check_range_opt("every", config.every, 1..=MAX_COUNT)?;
+    options.check_range_opt("interval_ms", config.interval_ms, 1..=MAX_DURATION_MS)?;
+    options.check_range("max_keys", config.max_keys, 1..=MAX_KEYS)?;
     config.into_spec().map_err(|e| e.locate(options))
 }
 
@@ -261,6 +267,21 @@ mod tests {
 
     fn numbered(count: usize) -> Vec<Signal> {
         (0..count).map(|i| sig(i as i64, &i.to_string())).collect()
+    }
+
+    #[test]
+    fn absurd_numbers_are_refused_at_their_value() {
+        let err = |toml: &str| crate::testing::build_error(toml, build);
+        let (l, c, m) = err("interval_ms = 1000000000000000000");
+        assert_eq!((l, c), (1, 15), "{m}");
+        assert!(
+            m.contains("`interval_ms` must be at least 1 and at most 86400000"),
+            "{m}"
+        );
+        let (l, c, m) = err("every = 1000000000000");
+        assert_eq!((l, c), (1, 9), "{m}");
+        let (l, c, m) = err("every = 5\nmax_keys = 1000000000000");
+        assert_eq!((l, c), (2, 12), "{m}");
     }
 
     #[test]

@@ -139,3 +139,14 @@ pub(crate) fn config_error<T: DeserializeOwned>(toml: &str) -> (usize, usize, St
         Err(e) => (e.line, e.col, e.message),
     }
 }
+
+/// The location and message of the error a filter's `build` gives for `toml`.
+pub(crate) fn build_error(
+    toml: &str,
+    build: fn(&patchbay_graph::Options<'_>) -> Result<FilterSpec, patchbay_graph::Diagnostic>,
+) -> (usize, usize, String) {
+    match patchbay_graph::Options::parse_snippet_with(toml, build) {
+        Ok(_) => panic!("{toml} should not build"),
+        Err(e) => (e.line, e.col, e.message),
+    }
+}

@@ -2,13 +2,16 @@
 
 use std::sync::Arc;
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
 use patchbay_signal::path::Path;
 use serde::Deserialize;
 
 use crate::key_timers::KeyTimers;
-use crate::options::{DotPath, Rate, default_max_keys, max_keys_bound, positive, positive_opt};
+use crate::options::{
+    DotPath, MAX_COUNT, MAX_KEYS, Rate, default_max_keys, max_keys_bound, positive, positive_opt,
+};
 use crate::{ConfigError, RESET};
 
 /// Options of a `throttle` filter.
@@ -34,14 +37,14 @@ use crate::{ConfigError, RESET};
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThrottleConfig {
-    /// Milliseconds between passed signals (≥ 1). Exactly one of `interval_ms` and
-    /// `rate`.
+    /// Milliseconds between passed signals, from 1 to 86400000 (one day). Exactly one of
+    /// `interval_ms` and `rate`.
     #[serde(default, deserialize_with = "positive_opt")]
     pub interval_ms: Option<u64>,
     /// A rate, `"N/s"`, `"N/m"` or `"N/h"`, limited with GCRA.
     #[serde(default)]
     pub rate: Option<Rate>,
-    /// With `rate`: how many signals may pass at once (≥ 1, default 1).
+    /// With `rate`: how many signals may pass at once (from 1 to 10^9, default 1).
     #[serde(default, deserialize_with = "positive_opt")]
     pub burst: Option<u64>,
     /// What passes: `leading`, `trailing` or `both` (default).
@@ -50,8 +53,8 @@ pub struct ThrottleConfig {
     /// Throttle each value at this path separately (a missing value is one more key).
     #[serde(default)]
     pub key: Option<DotPath>,
-    /// At most this many keys are remembered (default 10000); the least recently used one
-    /// is evicted, after emitting its pending signal.
+    /// At most this many keys are remembered (default 10000, at most 1000000); the least
+    /// recently used one is evicted, after emitting its pending signal.
     #[serde(default = "default_max_keys", deserialize_with = "positive")]
     pub max_keys: u64,
     /// `wall` (default: machine time) or `event` (the signals' timestamps).
@@ -75,6 +78,9 @@ pub enum EmitMode {
 /// Builds a `throttle` from its options.
 pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
     let config: ThrottleConfig = options.parse()?;
+    options.check_range_opt("interval_ms", config.interval_ms, 1..=MAX_DURATION_MS)?;
+    options.check_range_opt("burst", config.burst, 1..=MAX_COUNT)?;
+    options.check_range("max_keys", config.max_keys, 1..=MAX_KEYS)?;
     config.into_spec().map_err(|e| e.locate(options))
 }
 
@@ -293,6 +299,25 @@ mod tests {
     const TRAILING: &str = "interval_ms = 100\nemit = \"trailing\"\nclock = \"event\"";
     const BOTH: &str = "interval_ms = 100\nclock = \"event\"";
     const KEYED: &str = "interval_ms = 100\nkey = \"payload.k\"\nclock = \"event\"";
+
+    #[test]
+    fn absurd_numbers_are_refused_at_their_value() {
+        let err = |toml: &str| crate::testing::build_error(toml, build);
+        let (l, c, m) = err("interval_ms = 1000000000000000000");
+        assert_eq!((l, c), (1, 15), "{m}");
+        assert!(
+            m.contains("`interval_ms` must be at least 1 and at most 86400000"),
+            "{m}"
+        );
+        let (l, c, m) = err("rate = \"1/s\"\nburst = 1000000000000");
+        assert_eq!((l, c), (2, 9), "{m}");
+        let (l, c, m) = err("interval_ms = 5\nmax_keys = 1000000000000");
+        assert_eq!((l, c), (2, 12), "{m}");
+        assert!(
+            m.contains("`max_keys` must be at least 1 and at most 1000000"),
+            "{m}"
+        );
+    }
 
     #[test]
     fn leading_passes_when_a_full_interval_has_elapsed() {

@@ -2,6 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use patchbay_graph::config::{MAX_DURATION_MS, MAX_QUEUE};
 use patchbay_graph::{Diagnostic, Options};
 use serde::Deserialize;
 
@@ -16,13 +17,14 @@ pub struct SidecarConfig {
     /// free port.
     #[serde(default = "default_listen")]
     pub listen: String,
-    /// How many signals are kept for `?since` replay.
+    /// How many signals are kept for `?since` replay (at most 1000000).
     #[serde(default = "default_ring")]
     pub ring: usize,
     /// How many frames each client may have waiting. When a client's queue is full, its
     /// oldest frames are dropped (it gets a `lagged` notice); with `when_full = "block"`
     /// nothing is dropped: the client is cut off (close 1013, after the frames queued for
     /// it) and resumes with `?since=N` from the ring, told of any range the ring lost.
+    /// From 1 to 1000000.
     #[serde(default = "default_client_queue")]
     pub client_queue: usize,
     /// Bearer token every endpoint but `/health` requires, if set.
@@ -33,15 +35,19 @@ pub struct SidecarConfig {
     /// origins (`https://app.example`), may end in `:*` for any port, or be `*` for any.
     #[serde(default)]
     pub allowed_origins: Option<Vec<String>>,
-    /// Largest WebSocket message or POST body accepted, in bytes.
+    /// Largest WebSocket message or POST body accepted, in bytes (at most 67108864, 64 MiB).
     #[serde(default = "default_max_frame")]
     pub max_frame: usize,
     /// How long ingest (`POST /signal`, frames a UI sends on `/ws`) waits for room when the
     /// graph is full before refusing the signal: `503` with `Retry-After` over HTTP, an
-    /// error frame naming the refused `id`s over WebSocket. Refusals are counted.
+    /// error frame naming the refused `id`s over WebSocket. Refusals are counted. At most
+    /// 86400000 (one day).
     #[serde(default = "default_ingest_timeout_ms")]
     pub ingest_timeout_ms: u64,
 }
+
+/// The largest `max_frame`: 64 MiB.
+pub const MAX_FRAME_LIMIT: usize = 64 << 20;
 
 fn default_listen() -> String {
     DEFAULT_LISTEN.into()
@@ -117,6 +123,14 @@ impl Settings {
     /// Parses and checks a sidecar's options (no I/O).
     pub fn from_options(options: &Options<'_>) -> Result<Settings, Diagnostic> {
         let config: SidecarConfig = options.parse()?;
+        options.check_range("ring", config.ring, 0..=MAX_QUEUE)?;
+        options.check_range("client_queue", config.client_queue, 1..=MAX_QUEUE)?;
+        options.check_range("max_frame", config.max_frame, 1..=MAX_FRAME_LIMIT)?;
+        options.check_range(
+            "ingest_timeout_ms",
+            config.ingest_timeout_ms,
+            0..=MAX_DURATION_MS,
+        )?;
         Settings::check(config).map_err(|e| options.error_at(e.key, e.message))
     }
 

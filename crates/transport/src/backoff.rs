@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{Diagnostic, Options};
 
 /// Delays between reconnection attempts: attempt `n` (1-based, counted since the last
@@ -45,10 +46,10 @@ impl Backoff {
         self.next_delay().map(|d| with_jitter(d, jitter_unit()))
     }
 
-    /// Changes the first delay (an SSE server's `retry:`); the cap grows to fit it.
+    /// Changes the first delay (an SSE server's `retry:`), clamped to the cap: a peer
+    /// cannot push the delay past the configured `backoff_max_ms`.
     pub fn set_initial(&mut self, initial: Duration) {
-        self.initial = initial;
-        self.max = self.max.max(initial);
+        self.initial = initial.clamp(Duration::from_millis(1), self.max);
     }
 
     /// How many attempts failed since the last success.
@@ -65,9 +66,8 @@ impl Backoff {
 /// Checks a transport's `backoff_initial_ms` and `backoff_max_ms` options: the first
 /// delay at least 1 ms, the cap at least the first delay. The error points at the key.
 pub fn check_delays(options: &Options<'_>, initial_ms: u64, max_ms: u64) -> Result<(), Diagnostic> {
-    if initial_ms == 0 {
-        return Err(options.error_at("backoff_initial_ms", "must be at least 1"));
-    }
+    options.check_range("backoff_initial_ms", initial_ms, 1..=MAX_DURATION_MS)?;
+    options.check_range("backoff_max_ms", max_ms, 1..=MAX_DURATION_MS)?;
     if max_ms < initial_ms {
         return Err(options.error_at("backoff_max_ms", "must be at least `backoff_initial_ms`"));
     }
@@ -112,6 +112,20 @@ pub fn jitter_unit() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_retry_is_clamped_to_the_cap() {
+        let mut b = Backoff::new(
+            Duration::from_millis(100),
+            Duration::from_millis(30_000),
+            None,
+        );
+        b.set_initial(Duration::from_millis(99_999_999_999));
+        assert_eq!(b.next_delay(), Some(Duration::from_millis(30_000)));
+        b.set_initial(Duration::from_millis(500));
+        b.reset();
+        assert_eq!(b.next_delay(), Some(Duration::from_millis(500)));
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{Diagnostic, Options};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -80,11 +81,12 @@ pub struct TransportOptions<D: Defaults> {
     /// `password`, `secret`, `auth`) are never logged or shown.
     #[serde(default = "default_url::<D>")]
     pub url: String,
-    /// The first reconnect delay, in ms; it doubles per failed attempt in a row, plus up to
-    /// a quarter of jitter.
+    /// The first reconnect delay, in ms (from 1 to 86400000, one day); it doubles per
+    /// failed attempt in a row, plus up to a quarter of jitter.
     #[serde(default = "default_backoff_initial_ms::<D>")]
     pub backoff_initial_ms: u64,
-    /// The longest reconnect delay, in ms.
+    /// The longest reconnect delay, in ms (from `backoff_initial_ms` to 86400000, one
+    /// day); a server's `retry:` is clamped to it too.
     #[serde(default = "default_backoff_max_ms::<D>")]
     pub backoff_max_ms: u64,
     /// Reconnect attempts after failures in a row (a lost connection counts as one)
@@ -93,7 +95,7 @@ pub struct TransportOptions<D: Defaults> {
     #[serde(default = "default_max_attempts::<D>")]
     pub max_attempts: Option<u32>,
     /// The longest one connection attempt (connecting, TLS, and the adapter's handshake)
-    /// may take, in ms.
+    /// may take, in ms (from 1 to 86400000, one day).
     #[serde(default = "default_connect_timeout_ms::<D>")]
     pub connect_timeout_ms: u64,
     /// A PEM file of CA certificates to trust for `wss://` / `https://`, besides the
@@ -159,9 +161,11 @@ impl<D: Defaults> TransportOptions<D> {
             };
             return Err(options.error_at("max_attempts", format!("must be at least 1{hint}")));
         }
-        if self.connect_timeout_ms == 0 {
-            return Err(options.error_at("connect_timeout_ms", "must be at least 1"));
-        }
+        options.check_range(
+            "connect_timeout_ms",
+            self.connect_timeout_ms,
+            1..=MAX_DURATION_MS,
+        )?;
         Ok(())
     }
 

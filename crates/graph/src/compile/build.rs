@@ -8,7 +8,9 @@ use std::ops::Range;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use crate::config::{Diagnostic, Location, Options, Secrets, SourceText, suggestion};
+use crate::config::{
+    Diagnostic, Location, MAX_QUEUE, Options, Secrets, SourceText, out_of_range, suggestion,
+};
 use crate::queue::WhenFull;
 use crate::registry::Registry;
 
@@ -248,14 +250,28 @@ impl OutputCommon {
         let queue = match table.get("queue") {
             None => 1024,
             Some(v) => match v.get_ref() {
-                DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
-                    Ok(n) if n >= 1 => n as usize,
-                    _ => {
-                        return Err(
-                            file.error(v.span(), format!("{name}: `queue` must be at least 1"))
-                        );
-                    }
-                },
+                DeValue::Integer(i) => {
+                    let range = 1..=MAX_QUEUE as i128;
+                    // i128 holds any TOML integer (and more): nothing wraps before the check.
+                    let message = match i128::from_str_radix(i.as_str(), i.radix()) {
+                        Ok(n) => match out_of_range("queue", n, &range) {
+                            None => {
+                                return Ok(OutputCommon {
+                                    when_full,
+                                    queue: n as usize,
+                                });
+                            }
+                            Some(message) => message,
+                        },
+                        Err(_) => {
+                            format!(
+                                "`queue` must be at least 1 and at most {MAX_QUEUE}, got {}",
+                                i.as_str()
+                            )
+                        }
+                    };
+                    return Err(file.error(v.span(), format!("{name}: {message}")));
+                }
                 _ => {
                     return Err(file.error(v.span(), format!("{name}: `queue` must be an integer")));
                 }

@@ -29,7 +29,7 @@ mod resolve;
 use serde::Deserialize;
 
 use crate::component::{Output, Source};
-use crate::config::{Diagnostic, Location, Secrets, SourceText};
+use crate::config::{Diagnostic, Location, MAX_QUEUE, Options, Secrets, SourceText};
 use crate::filter::{FilterSpec, Port};
 use crate::queue::WhenFull;
 use crate::registry::Registry;
@@ -137,12 +137,30 @@ pub struct Edge {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeOptions {
-    /// On SIGINT/SIGTERM, how long to let in-flight signals drain to outputs.
+    /// On SIGINT/SIGTERM, how long to let in-flight signals drain to outputs, in ms: from
+    /// 0 to 3600000 (one hour); default 5000.
     #[serde(default = "default_shutdown_timeout")]
     pub shutdown_timeout_ms: u64,
-    /// Size of the queue from all sources into the graph.
+    /// Size of the queue from all sources into the graph, in signals: from 1 to 1000000;
+    /// default 1024.
     #[serde(default = "default_queue")]
     pub queue: usize,
+}
+
+/// The longest `[runtime] shutdown_timeout_ms`: one hour.
+pub const MAX_SHUTDOWN_TIMEOUT_MS: u64 = 60 * 60 * 1000;
+
+impl RuntimeOptions {
+    /// Checks the bounds; an error points at the value at fault.
+    pub fn check(self, options: &Options<'_>) -> Result<Self, Diagnostic> {
+        options.check_range(
+            "shutdown_timeout_ms",
+            self.shutdown_timeout_ms,
+            0..=MAX_SHUTDOWN_TIMEOUT_MS,
+        )?;
+        options.check_range("queue", self.queue, 1..=MAX_QUEUE)?;
+        Ok(self)
+    }
 }
 
 fn default_shutdown_timeout() -> u64 {

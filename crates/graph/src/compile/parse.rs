@@ -161,7 +161,7 @@ pub(super) fn parse<'a>(
     }
     for table in runtime_tables {
         let o = Options::new(&files[table.file], secrets, "runtime".into(), table.value);
-        match o.parse::<RuntimeOptions>() {
+        match o.parse::<RuntimeOptions>().and_then(|r| r.check(&o)) {
             Ok(r) => parsed.runtime = r,
             Err(e) => errors.push(e),
         }

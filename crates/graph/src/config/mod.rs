@@ -8,5 +8,5 @@ mod secret;
 pub use diagnostic::{Diagnostic, Location, SourceText, did_you_mean, suggestion};
 pub use env::Secrets;
 pub(crate) use env::substitute_tree as env_substitute;
-pub use options::Options;
+pub use options::{MAX_DURATION_MS, MAX_QUEUE, Options, out_of_range};
 pub use secret::Secret;

@@ -1,6 +1,7 @@
 //! A component's options, deserialized with exact error locations.
 
-use std::ops::Range;
+use std::fmt::Display;
+use std::ops::{Range, RangeInclusive};
 
 use serde::de::DeserializeOwned;
 use toml::Spanned;
@@ -133,6 +134,32 @@ impl<'a> Options<'a> {
         self.error_span(span, message.as_ref().to_owned())
     }
 
+    /// Checks that the number option `key` (its parsed `value`) lies in `range`; the error
+    /// points at the value and names the bounds. Every component checks its sizes,
+    /// intervals, timeouts and counts with it, so that an absurd value (a queue of 10^12,
+    /// a timeout of 10^19 ms) is refused at validation, never met at run time.
+    pub fn check_range<T: PartialOrd + Display + Copy>(
+        &self,
+        key: &str,
+        value: T,
+        range: RangeInclusive<T>,
+    ) -> Result<T, Diagnostic> {
+        match out_of_range(key, value, &range) {
+            Some(message) => Err(self.error_at(key, message)),
+            None => Ok(value),
+        }
+    }
+
+    /// [`check_range`](Self::check_range) for an optional option: `None` passes.
+    pub fn check_range_opt<T: PartialOrd + Display + Copy>(
+        &self,
+        key: &str,
+        value: Option<T>,
+        range: RangeInclusive<T>,
+    ) -> Result<Option<T>, Diagnostic> {
+        value.map(|v| self.check_range(key, v, range)).transpose()
+    }
+
     /// An error located at the component.
     pub fn error(&self, message: impl AsRef<str>) -> Diagnostic {
         self.error_span(self.value.span(), message.as_ref().to_owned())
@@ -156,6 +183,31 @@ impl<'a> Options<'a> {
         }
         Some(current)
     }
+}
+
+/// The longest duration option (a timeout, an interval, a delay) in ms unless a component
+/// documents another bound: one day.
+pub const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The longest queue (of signals, frames or entries) unless a component documents another
+/// bound: one million.
+pub const MAX_QUEUE: usize = 1_000_000;
+
+/// The message for a number option outside its range, or `None` when it is inside (for
+/// checks that have a [`SourceText`] span rather than an [`Options`]).
+pub fn out_of_range<T: PartialOrd + Display>(
+    key: &str,
+    value: T,
+    range: &RangeInclusive<T>,
+) -> Option<String> {
+    if range.contains(&value) {
+        return None;
+    }
+    Some(format!(
+        "`{key}` must be at least {} and at most {}, got {value}",
+        range.start(),
+        range.end()
+    ))
 }
 
 /// Adds "did you mean" to serde's unknown-field and unknown-variant messages.
@@ -216,6 +268,31 @@ mod tests {
         assert!(err.message.contains("did you mean `interval_ms`"), "{err}");
         Options::parse_snippet_with("emit = \"x\"", |o| o.refuse_unknown_keys(["emit"]))
             .expect("known keys pass");
+    }
+
+    #[test]
+    fn a_number_out_of_range_is_refused_at_its_value_with_the_bounds() {
+        let check = |text: &str| {
+            Options::parse_snippet_with(text, |o| {
+                let demo: Demo = o.parse()?;
+                o.check_range("interval_ms", demo.interval_ms, 1..=MAX_DURATION_MS)
+            })
+        };
+        assert_eq!(check("interval_ms = 5").unwrap(), 5);
+        let err = check("emit = \"x\"\ninterval_ms = 18446744073709551615\n").unwrap_err();
+        assert_eq!((err.line, err.col), (2, 15), "{err}");
+        assert!(
+            err.message.contains(
+                "`interval_ms` must be at least 1 and at most 86400000, got 18446744073709551615"
+            ),
+            "{err}"
+        );
+        assert!(check("interval_ms = 0").is_err());
+        let opt = Options::parse_snippet_with("x = 1", |o| {
+            o.check_range_opt::<u64>("y", None, 1..=2)?;
+            o.check_range_opt("x", Some(1u64), 1..=2)
+        });
+        assert_eq!(opt.unwrap(), Some(1));
     }
 
     #[test]
