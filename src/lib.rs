@@ -74,6 +74,13 @@ enum Command {
         command: ServiceCommand,
     },
     /// MIDI ports: list them, watch one, learn a control.
+    #[cfg(not(feature = "midi"))]
+    Midi {
+        /// (This build has no MIDI.)
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        rest: Vec<String>,
+    },
+    /// MIDI ports: list them, watch one, learn a control.
     #[cfg(feature = "midi")]
     Midi {
         #[command(subcommand)]
@@ -223,6 +230,11 @@ pub fn main() -> ExitCode {
                 service::status(manager.unwrap_or_else(service::Manager::native))
             }
         },
+        #[cfg(not(feature = "midi"))]
+        Command::Midi { .. } => {
+            eprintln!("patchbay: {}", pipeline::NO_MIDI);
+            Ok(ExitCode::FAILURE)
+        }
         #[cfg(feature = "midi")]
         Command::Midi { command } => match command {
             MidiCommand::List { json } => midi::list(json),

@@ -100,9 +100,26 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_nats::ADAPTER,
 ];
 
+/// Why `type = "midi"` is refused by a build without the `midi` feature.
+#[cfg(not(feature = "midi"))]
+pub const NO_MIDI: &str = "this patchbay was built without MIDI: rebuild it with the cargo \
+     feature `midi` (`cargo build --release --features midi`; on Debian/Ubuntu it needs \
+     `libasound2-dev`)";
+
 /// Every component type this build knows, and the `[discovery]` section.
 pub fn registry() -> Registry {
     let mut registry = Registry::from_adapters(ADAPTERS.iter().copied());
+    // A config written for MIDI says why it cannot run here, not just "unknown type".
+    #[cfg(not(feature = "midi"))]
+    registry
+        .source("midi", |o: &patchbay_graph::Options<'_>| {
+            Err(o.error(NO_MIDI))
+        })
+        .output_fn(
+            "midi",
+            patchbay_graph::WhenFull::Block,
+            |o: &patchbay_graph::Options<'_>| Err(o.error(NO_MIDI)),
+        );
     crate::discovery::register(&mut registry, probes());
     registry
 }
