@@ -1,5 +1,11 @@
 //! The `patchbay` binary: see `patchbay --help` and the README.
 
+/// mimalloc, not glibc's malloc: signals are allocated by one task and freed by another
+/// (often on the other worker thread), which glibc pays for in arena locks (see the
+/// sidecar section of BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     patchbay::main()
 }
