@@ -93,11 +93,13 @@ fn options() -> Options {
 /// The floor: a WebSocket relay with a broadcast channel and no serialization work. A
 /// client whose URL asks for `types=loadgen.none` is a publisher and receives nothing (as
 /// with patchbay); each subscriber's writer writes every frame ready and flushes once.
-async fn relay(port: u16) {
+async fn relay(port: u16, capacity: usize) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    let (tx, _) = broadcast::channel::<Arc<str>>(65536);
+    // Room for every signal of a run: a slow subscriber is never skipped (as patchbay's
+    // lossless sidecar never skips one), so the floor delivers everything too.
+    let (tx, _) = broadcast::channel::<Arc<str>>(capacity.max(1024));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
@@ -205,10 +207,10 @@ impl Server {
         }
     }
 
-    fn relay() -> Server {
+    fn relay(capacity: usize) -> Server {
         let port = free_port();
         let child = Command::new(std::env::current_exe().unwrap())
-            .args(["relay", &port.to_string()])
+            .args(["relay", &port.to_string(), &capacity.to_string()])
             .spawn()
             .unwrap();
         Server {
@@ -496,7 +498,10 @@ async fn main() {
         relay(
             args.get(2)
                 .and_then(|p| p.parse().ok())
-                .expect("relay PORT"),
+                .expect("relay PORT CAPACITY"),
+            args.get(3)
+                .and_then(|c| c.parse().ok())
+                .expect("relay PORT CAPACITY"),
         )
         .await;
         return;
@@ -518,7 +523,7 @@ async fn main() {
         for _ in 0..o.rounds {
             for (i, target) in ["relay", "patchbay"].into_iter().enumerate() {
                 let server = if target == "relay" {
-                    Server::relay()
+                    Server::relay(o.signals.max(65536))
                 } else {
                     Server::patchbay(&o.patchbay, o.client_queue)
                 };
