@@ -30,6 +30,11 @@ use crate::inbound::{body_to_signals, ui_frame_to_signal};
 /// At most this many frames are written before a flush.
 const WRITE_BATCH: usize = 256;
 
+/// How much a WebSocket connection reads at once. tungstenite zero-fills its read buffer
+/// to this size on every read, so each connection costs it in resident memory; most
+/// clients only listen.
+const WS_READ_CHUNK: usize = 16 * 1024;
+
 /// At most this many frames a UI sent are handed to the graph at once.
 const INGEST_BATCH: usize = 256;
 
@@ -304,6 +309,7 @@ async fn ws_handler(
     let max = state.settings.max_frame;
     ws.max_message_size(max)
         .max_frame_size(max)
+        .read_buffer_size(WS_READ_CHUNK)
         .on_upgrade(move |socket| ws_client(state, socket, sub, replay))
 }
 
