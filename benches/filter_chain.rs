@@ -11,6 +11,11 @@ use patchbay_graph::runtime::telemetry_for;
 use patchbay_graph::{SourceText, compile};
 use patchbay_signal::{SharedSignal, Signal, object};
 
+/// The allocator the `patchbay` binary runs with (src/main.rs), so that the figures are
+/// the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const OPERATORS: &str = r#"
 [sources.in]
 type = "stdin"

@@ -5,13 +5,15 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--rounds K] [--senders 4]
+//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--rounds K] [--senders 4] [--client-queue N|default]
 //! ```
 //!
 //! The generator must not be the bottleneck: at full speed the signals are serialized
 //! before the clock starts and sent by `--senders` connections at once, each writing a
 //! batch of frames before one flush. patchbay runs `ui.inbound → when → sidecar`, lossless
-//! (`when_full = "block"`).
+//! (`when_full = "block"`), with `client_queue = 65536` unless `--client-queue` says
+//! otherwise (`default` leaves the sidecar's default, 1024: a subscriber that falls that
+//! far behind a lossless sidecar is cut off, so use it to measure memory, not throughput).
 //!
 //! For each target and subscriber count it reports the delivered frames per second at full
 //! speed, the end-to-end latency percentiles (p50, p99, p999) at `--rate` signals per
@@ -43,6 +45,8 @@ struct Options {
     /// Sender connections for the throughput run (each sends its share, pre-serialized,
     /// in batched writes), so that the generator is not the bottleneck.
     senders: usize,
+    /// The sidecar's `client_queue`; `None` leaves the default (1024).
+    client_queue: Option<usize>,
 }
 
 fn options() -> Options {
@@ -54,6 +58,7 @@ fn options() -> Options {
         patchbay: "target/release/patchbay".into(),
         rounds: 1,
         senders: 4,
+        client_queue: Some(65536),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -72,6 +77,12 @@ fn options() -> Options {
             "--patchbay" => o.patchbay = value,
             "--rounds" => o.rounds = value.parse::<usize>().expect("--rounds N").max(1),
             "--senders" => o.senders = value.parse::<usize>().expect("--senders N").max(1),
+            "--client-queue" => {
+                o.client_queue = match value.as_str() {
+                    "default" => None,
+                    n => Some(n.parse().expect("--client-queue N|default")),
+                }
+            }
             other => panic!("unknown argument {other}"),
         }
         i += 2;
@@ -82,11 +93,13 @@ fn options() -> Options {
 /// The floor: a WebSocket relay with a broadcast channel and no serialization work. A
 /// client whose URL asks for `types=loadgen.none` is a publisher and receives nothing (as
 /// with patchbay); each subscriber's writer writes every frame ready and flushes once.
-async fn relay(port: u16) {
+async fn relay(port: u16, capacity: usize) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    let (tx, _) = broadcast::channel::<Arc<str>>(65536);
+    // Room for every signal of a run: a slow subscriber is never skipped (as patchbay's
+    // lossless sidecar never skips one), so the floor delivers everything too.
+    let (tx, _) = broadcast::channel::<Arc<str>>(capacity.max(1024));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
@@ -166,14 +179,17 @@ struct Server {
 }
 
 impl Server {
-    fn patchbay(binary: &str) -> Server {
+    fn patchbay(binary: &str, client_queue: Option<usize>) -> Server {
         let port = free_port();
         let dir = ScratchDir::new("loadgen");
         let config = dir.join("loadgen.toml");
+        let client_queue = client_queue
+            .map(|n| format!("client_queue = {n}\n"))
+            .unwrap_or_default();
         std::fs::write(
             &config,
             format!(
-                "[filters.deltas]\ntype = \"when\"\ninputs = [\"ui.inbound\"]\nwhen = {{ type = \"text_delta\" }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"deltas\"]\nwhen_full = \"block\"\nlisten = \"127.0.0.1:{port}\"\nclient_queue = 65536\nmax_frame = 1048576\n\n[runtime]\nqueue = 4096\n"
+                "[filters.deltas]\ntype = \"when\"\ninputs = [\"ui.inbound\"]\nwhen = {{ type = \"text_delta\" }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"deltas\"]\nwhen_full = \"block\"\nlisten = \"127.0.0.1:{port}\"\n{client_queue}max_frame = 1048576\n\n[runtime]\nqueue = 4096\n"
             ),
         )
         .unwrap();
@@ -191,10 +207,10 @@ impl Server {
         }
     }
 
-    fn relay() -> Server {
+    fn relay(capacity: usize) -> Server {
         let port = free_port();
         let child = Command::new(std::env::current_exe().unwrap())
-            .args(["relay", &port.to_string()])
+            .args(["relay", &port.to_string(), &capacity.to_string()])
             .spawn()
             .unwrap();
         Server {
@@ -482,7 +498,10 @@ async fn main() {
         relay(
             args.get(2)
                 .and_then(|p| p.parse().ok())
-                .expect("relay PORT"),
+                .expect("relay PORT CAPACITY"),
+            args.get(3)
+                .and_then(|c| c.parse().ok())
+                .expect("relay PORT CAPACITY"),
         )
         .await;
         return;
@@ -504,9 +523,9 @@ async fn main() {
         for _ in 0..o.rounds {
             for (i, target) in ["relay", "patchbay"].into_iter().enumerate() {
                 let server = if target == "relay" {
-                    Server::relay()
+                    Server::relay(o.signals.max(65536))
                 } else {
-                    Server::patchbay(&o.patchbay)
+                    Server::patchbay(&o.patchbay, o.client_queue)
                 };
                 rows[i].push(measure(&server, target, subs, &o).await);
             }

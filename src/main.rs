@@ -1,8 +1,12 @@
 //! The `patchbay` binary: see `patchbay --help` and the README.
 
-/// Counts what a jq expression allocates while it runs, so that its memory limit holds.
+/// mimalloc, not glibc's malloc: signals are allocated by one task and freed by another
+/// (often on the other worker thread), which glibc pays for in arena locks (see the
+/// sidecar section of BENCHMARKS.md); metered, so that a jq expression's memory limit
+/// holds.
 #[global_allocator]
-static ALLOCATOR: patchbay_filters::jq::MeteredAlloc = patchbay_filters::jq::MeteredAlloc;
+static ALLOCATOR: patchbay_filters::jq::MeteredAlloc<mimalloc::MiMalloc> =
+    patchbay_filters::jq::MeteredAlloc(mimalloc::MiMalloc);
 
 fn main() -> std::process::ExitCode {
     patchbay::main()

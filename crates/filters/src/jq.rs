@@ -158,50 +158,49 @@ fn metered<T>(run: impl FnOnce() -> T) -> std::thread::Result<T> {
     result
 }
 
-/// The system allocator, counting what a jq evaluation allocates on its thread so that
-/// [`MAX_MEMORY`] holds. A program that runs jq expressions from untrusted configs
-/// installs it with `#[global_allocator]`; without it, an evaluation is bounded by its
-/// steps and stack only.
+/// An allocator (the system's by default, `MeteredAlloc(System)`), counting what a jq
+/// evaluation allocates on its thread so that [`MAX_MEMORY`] holds. A program that runs
+/// jq expressions from untrusted configs installs it with `#[global_allocator]`, around
+/// the allocator it wants; without it, an evaluation is bounded by its steps and stack
+/// only.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct MeteredAlloc;
+pub struct MeteredAlloc<A = System>(pub A);
 
-impl MeteredAlloc {
-    fn count(delta: isize) {
-        // `try_with`: the thread-locals may be gone while a thread ends.
-        let _ = COUNTING.try_with(|counting| {
-            if counting.get() {
-                let _ = ALLOCATED.try_with(|a| a.set(a.get().saturating_add(delta)));
-            }
-        });
-    }
+fn count_allocation(delta: isize) {
+    // `try_with`: the thread-locals may be gone while a thread ends.
+    let _ = COUNTING.try_with(|counting| {
+        if counting.get() {
+            let _ = ALLOCATED.try_with(|a| a.set(a.get().saturating_add(delta)));
+        }
+    });
 }
 
-// SAFETY: every call is forwarded to `System` unchanged; counting touches only
+// SAFETY: every call is forwarded to the inner allocator unchanged; counting touches only
 // const-initialized thread-locals (no allocation, no unwinding).
 #[allow(unsafe_code)]
-unsafe impl GlobalAlloc for MeteredAlloc {
+unsafe impl<A: GlobalAlloc> GlobalAlloc for MeteredAlloc<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        Self::count(layout.size() as isize);
+        count_allocation(layout.size() as isize);
         // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
+        unsafe { self.0.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        Self::count(layout.size() as isize);
+        count_allocation(layout.size() as isize);
         // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc_zeroed(layout) }
+        unsafe { self.0.alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        Self::count(-(layout.size() as isize));
+        count_allocation(-(layout.size() as isize));
         // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { self.0.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        Self::count(new_size as isize - layout.size() as isize);
+        count_allocation(new_size as isize - layout.size() as isize);
         // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { self.0.realloc(ptr, layout, new_size) }
     }
 }
 

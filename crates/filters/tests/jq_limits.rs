@@ -11,7 +11,7 @@ use patchbay_filters::jq::MeteredAlloc;
 use patchbay_signal::{Signal, object};
 
 #[global_allocator]
-static ALLOC: MeteredAlloc = MeteredAlloc;
+static ALLOC: MeteredAlloc = MeteredAlloc(std::alloc::System);
 
 /// The outputs of `code` on a small signal, evaluated on a 2 MiB thread; panics when
 /// it takes longer than a generous guard (a stall).

@@ -202,31 +202,72 @@ impl SourceContext {
     /// Emits `signals` in order, each waiting at most `wait` for room
     /// ([`emit_within`](SourceContext::emit_within)); at the first refusal the rest are
     /// refused too (and counted), so that what was accepted is always a prefix.
+    ///
+    /// Whatever room the graph's queue has is taken for the whole run at once: a burst is
+    /// one hand-over (and one wake-up of the graph), not one per signal.
     pub async fn emit_all_within(
         &self,
         signals: impl IntoIterator<Item = Signal>,
         wait: Duration,
     ) -> Emitted {
-        let mut signals = signals.into_iter();
+        let mut signals: Vec<Signal> = signals.into_iter().collect();
+        self.emit_batch_within(&mut signals, wait).await
+    }
+
+    /// [`emit_all_within`](SourceContext::emit_all_within) for a batch the caller keeps:
+    /// the accepted signals are taken from the front of `signals`, and the refused ones
+    /// (if any) are left in it, in order, so that the caller can name them.
+    pub async fn emit_batch_within(&self, signals: &mut Vec<Signal>, wait: Duration) -> Emitted {
+        let total = signals.len();
+        ComponentStats::add(&self.stats.received, total as u64);
+        // Drained in place, so that the caller's buffer keeps its capacity.
+        let mut pending = signals.drain(..);
         let mut accepted = 0;
-        while let Some(signal) = signals.next() {
-            if let Err(why) = self.emit_within(signal, wait).await {
-                let rest = signals.count() as u64;
-                ComponentStats::add(&self.stats.received, rest);
-                if why == Refused::Full {
-                    ComponentStats::add(&self.stats.refused, rest);
-                }
-                return Emitted {
-                    accepted,
-                    refused: Some(why),
-                };
+        let refused = loop {
+            let left = total - accepted;
+            if left == 0 {
+                break None;
             }
-            accepted += 1;
+            // All the room there is, in one go.
+            let room = left.min(self.tx.capacity());
+            if room > 0 {
+                match self.tx.try_reserve_many(room) {
+                    Ok(permits) => {
+                        for (permit, signal) in permits.zip(pending.by_ref()) {
+                            permit.send(Event::Signal(self.node, Arc::new(signal)));
+                        }
+                        accepted += room;
+                        continue;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(())) => break Some(Refused::Closed),
+                    // Taken meanwhile by another source.
+                    Err(mpsc::error::TrySendError::Full(())) => {}
+                }
+            }
+            // No room: wait at most `wait` for some.
+            let permit = match self.tx.try_reserve() {
+                Ok(permit) => permit,
+                Err(mpsc::error::TrySendError::Closed(())) => break Some(Refused::Closed),
+                Err(mpsc::error::TrySendError::Full(())) => {
+                    match tokio::time::timeout(wait, self.tx.reserve()).await {
+                        Ok(Ok(permit)) => permit,
+                        Ok(Err(_)) => break Some(Refused::Closed),
+                        Err(_) => break Some(Refused::Full),
+                    }
+                }
+            };
+            if let Some(signal) = pending.next() {
+                permit.send(Event::Signal(self.node, Arc::new(signal)));
+                accepted += 1;
+            }
+        };
+        ComponentStats::add(&self.stats.sent, accepted as u64);
+        let rest: Vec<Signal> = pending.collect();
+        signals.extend(rest);
+        if refused == Some(Refused::Full) {
+            ComponentStats::add(&self.stats.refused, signals.len() as u64);
         }
-        Emitted {
-            accepted,
-            refused: None,
-        }
+        Emitted { accepted, refused }
     }
 
     /// Emits without waiting, for producers that must never block (a MIDI callback):

@@ -15,7 +15,7 @@ use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use patchbay_graph::{ComponentStats, Refused, SourceContext, Telemetry};
 use patchbay_signal::normalize::Normalizer;
 use serde::Deserialize;
@@ -29,6 +29,14 @@ use crate::inbound::{body_to_signals, ui_frame_to_signal};
 
 /// At most this many frames are written before a flush.
 const WRITE_BATCH: usize = 256;
+
+/// How much a WebSocket connection reads at once. tungstenite zero-fills its read buffer
+/// to this size on every read, so each connection costs it in resident memory; most
+/// clients only listen.
+const WS_READ_CHUNK: usize = 16 * 1024;
+
+/// At most this many frames a UI sent are handed to the graph at once.
+const INGEST_BATCH: usize = 256;
 
 /// The close code a lagging client of a lossless sidecar gets (Try Again Later): it
 /// resumes with `?since=` from the reason.
@@ -293,6 +301,7 @@ async fn ws_handler(
     let max = state.settings.max_frame;
     ws.max_message_size(max)
         .max_frame_size(max)
+        .read_buffer_size(WS_READ_CHUNK)
         .on_upgrade(move |socket| ws_client(state, socket, sub, replay))
 }
 
@@ -311,6 +320,9 @@ async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay:
     let format = sub.client.format;
     let mut normalizer = Normalizer::new(state.source_name());
     let mut ready = Vec::with_capacity(WRITE_BATCH);
+    let mut ingest = Ingest {
+        signals: Vec::new(),
+    };
     if let Some((from, to)) = replay.gap
         && tx.feed(Message::Text(gap_text(from, to))).await.is_err()
     {
@@ -368,38 +380,133 @@ async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay:
                     break;
                 }
             },
-            incoming = rx.next() => match incoming {
-                None | Some(Ok(Message::Close(_))) => break,
-                Some(Ok(Message::Text(text))) => {
-                    if handle_ui_text(&state, &mut normalizer, &text, &mut tx).await.is_err() {
+            incoming = rx.next() => {
+                // Every frame already read from the socket (bounded) goes into the graph in
+                // one hand-over; control flow is decided after that, in order.
+                let mut next = incoming;
+                let mut end = None;
+                for taken in 1..=INGEST_BATCH {
+                    match next {
+                        None | Some(Ok(Message::Close(_))) => end = Some(Ended::Closed),
+                        Some(Ok(Message::Text(text))) => {
+                            end = ingest.frame(&state, &mut normalizer, &text, &mut tx).await.err();
+                        }
+                        Some(Ok(Message::Binary(bytes))) => {
+                            end = match std::str::from_utf8(&bytes) {
+                                Ok(text) => ingest.frame(&state, &mut normalizer, text, &mut tx).await,
+                                Err(_) => ingest.refuse(&state, "binary frame is not UTF-8 JSON", &mut tx).await,
+                            }
+                            .err();
+                        }
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                        Some(Err(e)) => end = Some(Ended::Failed(e)),
+                    }
+                    if end.is_some() || taken == INGEST_BATCH {
                         break;
                     }
-                }
-                Some(Ok(Message::Binary(bytes))) => {
-                    let result = match std::str::from_utf8(&bytes) {
-                        Ok(text) => handle_ui_text(&state, &mut normalizer, text, &mut tx).await,
-                        Err(_) => refuse(&state, "binary frame is not UTF-8 JSON", &mut tx).await,
-                    };
-                    if result.is_err() {
-                        break;
+                    match rx.next().now_or_never() {
+                        Some(more) => next = more,
+                        None => break,
                     }
                 }
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                Some(Err(e)) => {
-                    if is_too_long(e) {
-                        let why = format!("frame larger than max_frame ({} bytes)", state.settings.max_frame);
-                        let _ = refuse(&state, &why, &mut tx).await;
-                        let _ = tx
-                            .send(Message::Close(Some(CloseFrame {
-                                code: 1009,
-                                reason: Utf8Bytes::from_static("frame too large"),
-                            })))
-                            .await;
-                    }
+                if ingest.flush(&state, &mut tx).await.is_err() {
                     break;
+                }
+                match end {
+                    None => {}
+                    Some(Ended::Closed) => break,
+                    Some(Ended::Failed(e)) => {
+                        if is_too_long(e) {
+                            let why = format!("frame larger than max_frame ({} bytes)", state.settings.max_frame);
+                            let _ = refuse(&state, &why, &mut tx).await;
+                            let _ = tx
+                                .send(Message::Close(Some(CloseFrame {
+                                    code: 1009,
+                                    reason: Utf8Bytes::from_static("frame too large"),
+                                })))
+                                .await;
+                        }
+                        break;
+                    }
                 }
             },
         }
+    }
+}
+
+/// Why a client's incoming side ended.
+enum Ended {
+    /// The peer closed, or a reply could not be written.
+    Closed,
+    /// Reading failed.
+    Failed(axum::Error),
+}
+
+impl From<axum::Error> for Ended {
+    fn from(_: axum::Error) -> Ended {
+        Ended::Closed
+    }
+}
+
+/// The signals a UI sent, gathered from every frame ready on its socket and handed to the
+/// graph at once.
+struct Ingest {
+    signals: Vec<patchbay_signal::Signal>,
+}
+
+impl Ingest {
+    /// A frame a UI sent: kept for the graph (from `NAME.inbound`), or an error frame back.
+    async fn frame(
+        &mut self,
+        state: &AppState,
+        normalizer: &mut Normalizer,
+        text: &str,
+        tx: &mut WsSink,
+    ) -> Result<(), Ended> {
+        if state.inbound.is_none() {
+            return self.refuse(state, "this sidecar takes no input", tx).await;
+        }
+        match ui_frame_to_signal(normalizer, text) {
+            Ok(signal) => {
+                self.signals.push(signal);
+                Ok(())
+            }
+            Err(bad) => self.refuse(state, &bad.0, tx).await,
+        }
+    }
+
+    /// Refuses a frame, after handing over the signals of the frames before it (replies
+    /// keep the order of the frames).
+    async fn refuse(&mut self, state: &AppState, why: &str, tx: &mut WsSink) -> Result<(), Ended> {
+        self.flush(state, tx).await?;
+        refuse(state, why, tx).await?;
+        Ok(())
+    }
+
+    /// Hands the gathered signals to the graph, waiting at most `ingest_timeout` for room;
+    /// the sender is told the ids of any it refused.
+    async fn flush(&mut self, state: &AppState, tx: &mut WsSink) -> Result<(), Ended> {
+        let Some(inbound) = &state.inbound else {
+            self.signals.clear();
+            return Ok(());
+        };
+        if self.signals.is_empty() {
+            return Ok(());
+        }
+        let emitted = inbound
+            .emit_batch_within(&mut self.signals, state.settings.ingest_timeout)
+            .await;
+        if let Some(why) = emitted.refused {
+            let ids: Vec<String> = self.signals.drain(..).map(|s| s.id).collect();
+            let frame = json!({
+                "kind": "error",
+                "message": refusal_message(why),
+                "refused": ids,
+            });
+            tx.send(Message::Text(Utf8Bytes::from(frame.to_string())))
+                .await?;
+        }
+        Ok(())
     }
 }
 
@@ -411,37 +518,6 @@ fn is_too_long(e: axum::Error) -> bool {
 }
 
 type WsSink = futures_util::stream::SplitSink<WebSocket, Message>;
-
-/// A frame a UI sent: into the graph from `NAME.inbound`, or an error frame back.
-async fn handle_ui_text(
-    state: &AppState,
-    normalizer: &mut Normalizer,
-    text: &str,
-    tx: &mut WsSink,
-) -> Result<(), axum::Error> {
-    match ui_frame_to_signal(normalizer, text) {
-        Ok(signal) => match &state.inbound {
-            Some(inbound) => {
-                let id = signal.id.clone();
-                if let Err(why) = inbound
-                    .emit_within(signal, state.settings.ingest_timeout)
-                    .await
-                {
-                    let frame = json!({
-                        "kind": "error",
-                        "message": refusal_message(why),
-                        "refused": [id],
-                    });
-                    tx.send(Message::Text(Utf8Bytes::from(frame.to_string())))
-                        .await?;
-                }
-                Ok(())
-            }
-            None => refuse(state, "this sidecar takes no input", tx).await,
-        },
-        Err(bad) => refuse(state, &bad.0, tx).await,
-    }
-}
 
 async fn refuse(state: &AppState, why: &str, tx: &mut WsSink) -> Result<(), axum::Error> {
     state.bad_input(why);

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use axum::extract::ws::Utf8Bytes;
 use patchbay_graph::ComponentStats;
-use patchbay_signal::{Object, SharedSignal, Signal};
+use patchbay_signal::{Object, SharedSignal};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use tokio::sync::{Notify, watch};
 
@@ -42,27 +42,59 @@ impl Format {
 }
 
 /// One published signal with its sequence number and its serialized forms.
+///
+/// A frame keeps the wire form and the little the hub needs (the type for clients'
+/// filters, the timestamp for the Escapement form), not the signal: the signal's tree is
+/// freed once serialized, and the ring holds bytes.
 #[derive(Debug)]
 pub struct Frame {
     /// The per-output sequence number (1, 2, …).
     pub seq: u64,
-    /// The signal.
-    pub signal: SharedSignal,
+    /// The signal's type.
+    pub kind: Box<str>,
+    timestamp: i64,
     sajou: Utf8Bytes,
+    /// Where the payload's JSON starts in `sajou` (it is the last field, up to the closing
+    /// brace): the Escapement form reuses it.
+    payload_at: usize,
     escapement: OnceLock<Utf8Bytes>,
 }
 
 impl Frame {
-    /// Numbers a signal and serializes its sajou form.
+    /// Numbers a signal and serializes its sajou form (the envelope with `metadata.seq`).
     pub fn new(seq: u64, signal: SharedSignal) -> Frame {
-        let sajou = to_text(&SajouFrame {
-            signal: &signal,
-            seq,
-        });
+        let s = &*signal;
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"{\"id\":");
+        put(&mut out, &s.id);
+        out.extend_from_slice(b",\"type\":");
+        put(&mut out, &s.kind);
+        out.extend_from_slice(b",\"timestamp\":");
+        put(&mut out, &s.timestamp);
+        out.extend_from_slice(b",\"source\":");
+        put(&mut out, &s.source);
+        if let Some(c) = &s.correlation_id {
+            out.extend_from_slice(b",\"correlationId\":");
+            put(&mut out, c);
+        }
+        out.extend_from_slice(b",\"metadata\":");
+        put(
+            &mut out,
+            &MetaWithSeq {
+                meta: s.metadata.as_ref(),
+                seq,
+            },
+        );
+        out.extend_from_slice(b",\"payload\":");
+        let payload_at = out.len();
+        put(&mut out, &s.payload);
+        out.push(b'}');
         Frame {
             seq,
-            signal,
-            sajou,
+            kind: s.kind.as_str().into(),
+            timestamp: s.timestamp,
+            sajou: to_text(out),
+            payload_at,
             escapement: OnceLock::new(),
         }
     }
@@ -74,10 +106,20 @@ impl Frame {
             Format::Escapement => self
                 .escapement
                 .get_or_init(|| {
-                    to_text(&EscapementFrame {
-                        signal: &self.signal,
-                        seq: self.seq,
-                    })
+                    // `{"kind":"event","seq","ts","event","data"}`, the payload's bytes
+                    // taken from the sajou form.
+                    let payload = &self.sajou.as_bytes()[self.payload_at..self.sajou.len() - 1];
+                    let mut out = Vec::with_capacity(payload.len() + 64 + self.kind.len());
+                    out.extend_from_slice(b"{\"kind\":\"event\",\"seq\":");
+                    put(&mut out, &self.seq);
+                    out.extend_from_slice(b",\"ts\":");
+                    put(&mut out, &self.timestamp);
+                    out.extend_from_slice(b",\"event\":");
+                    put(&mut out, &*self.kind);
+                    out.extend_from_slice(b",\"data\":");
+                    out.extend_from_slice(payload);
+                    out.push(b'}');
+                    to_text(out)
                 })
                 .clone(),
         }
@@ -91,38 +133,15 @@ pub fn lagged_text(resume_from: u64) -> Utf8Bytes {
     ))
 }
 
-fn to_text(value: &impl Serialize) -> Utf8Bytes {
-    // Signals hold only strings, integers and JSON values: serialization cannot fail.
-    Utf8Bytes::from(serde_json::to_string(value).unwrap_or_default())
+/// Appends `value`'s compact JSON.
+fn put(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    // Signals hold only strings, integers and JSON values: writing to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
-/// Serializes a signal as its envelope with `metadata.seq` set, without copying it.
-struct SajouFrame<'a> {
-    signal: &'a Signal,
-    seq: u64,
-}
-
-impl Serialize for SajouFrame<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let s = self.signal;
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("id", &s.id)?;
-        map.serialize_entry("type", &s.kind)?;
-        map.serialize_entry("timestamp", &s.timestamp)?;
-        map.serialize_entry("source", &s.source)?;
-        if let Some(c) = &s.correlation_id {
-            map.serialize_entry("correlationId", c)?;
-        }
-        map.serialize_entry(
-            "metadata",
-            &MetaWithSeq {
-                meta: s.metadata.as_ref(),
-                seq: self.seq,
-            },
-        )?;
-        map.serialize_entry("payload", &s.payload)?;
-        map.end()
-    }
+fn to_text(json: Vec<u8>) -> Utf8Bytes {
+    // serde_json writes UTF-8 only.
+    Utf8Bytes::from(String::from_utf8(json).unwrap_or_default())
 }
 
 struct MetaWithSeq<'a> {
@@ -140,23 +159,6 @@ impl Serialize for MetaWithSeq<'_> {
             }
         }
         map.serialize_entry("seq", &self.seq)?;
-        map.end()
-    }
-}
-
-struct EscapementFrame<'a> {
-    signal: &'a Signal,
-    seq: u64,
-}
-
-impl Serialize for EscapementFrame<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(5))?;
-        map.serialize_entry("kind", "event")?;
-        map.serialize_entry("seq", &self.seq)?;
-        map.serialize_entry("ts", &self.signal.timestamp)?;
-        map.serialize_entry("event", &self.signal.kind)?;
-        map.serialize_entry("data", &self.signal.payload)?;
         map.end()
     }
 }
@@ -285,7 +287,7 @@ impl Client {
             if st.cut.is_some() {
                 break;
             }
-            if !self.filter.matches(&frame.signal.kind) {
+            if !self.filter.matches(&frame.kind) {
                 continue;
             }
             if st.queue.len() >= self.capacity {
@@ -477,11 +479,13 @@ impl Hub {
     pub fn publish_all(&self, frames: impl IntoIterator<Item = Frame>) {
         let frames: Vec<Arc<Frame>> = frames.into_iter().map(Arc::new).collect();
         let Some(last) = frames.last() else { return };
+        // Frames leaving the ring are freed after the lock is released.
+        let mut evicted = Vec::new();
         let mut inner = self.lock();
         if self.ring > 0 {
             for frame in frames.iter().skip(frames.len().saturating_sub(self.ring)) {
                 if inner.ring.len() >= self.ring {
-                    inner.ring.pop_front();
+                    evicted.extend(inner.ring.pop_front());
                 }
                 inner.ring.push_back(Arc::clone(frame));
             }
@@ -513,6 +517,8 @@ impl Hub {
                 self.client_dropped.load(Ordering::Relaxed) as f64,
             );
         }
+        drop(inner);
+        drop(evicted);
     }
 
     /// Registers a client and returns what the ring holds after `since` (for its filter).
@@ -540,7 +546,7 @@ impl Hub {
             Some(since) => inner
                 .ring
                 .iter()
-                .filter(|f| f.seq > since && filter.matches(&f.signal.kind))
+                .filter(|f| f.seq > since && filter.matches(&f.kind))
                 .cloned()
                 .collect(),
             None => Vec::new(),
@@ -644,7 +650,7 @@ impl Hub {
 mod tests {
     use super::*;
     use patchbay_graph::telemetry::Role;
-    use patchbay_signal::object;
+    use patchbay_signal::{Signal, object};
 
     fn hub(ring: usize, queue: usize) -> Arc<Hub> {
         hub_with(ring, queue, false)
@@ -657,6 +663,42 @@ mod tests {
             lossless,
             Arc::new(ComponentStats::new("ui", "sidecar", Role::Output)),
         ))
+    }
+
+    #[test]
+    fn wire_forms_are_the_envelope_and_the_escapement_event_byte_for_byte() {
+        let s = Signal::new(
+            "text_delta",
+            "test:a",
+            object! {"content" => "a \"quoted\"\nline é", "agentId" => "x", "index" => 3},
+        )
+        .at(42)
+        .correlated("c1")
+        .with_meta("seq", 99)
+        .with_meta("t0", 1);
+        let f = Frame::new(7, Arc::new(s.clone()));
+        let expected = serde_json::json!({
+            "id": s.id,
+            "type": "text_delta",
+            "timestamp": 42,
+            "source": "test:a",
+            "correlationId": "c1",
+            "metadata": {"t0": 1, "seq": 7},
+            "payload": {"content": "a \"quoted\"\nline é", "agentId": "x", "index": 3},
+        });
+        assert_eq!(f.text(Format::Sajou).as_str(), expected.to_string());
+        let expected = serde_json::json!({
+            "kind": "event",
+            "seq": 7,
+            "ts": 42,
+            "event": "text_delta",
+            "data": {"content": "a \"quoted\"\nline é", "agentId": "x", "index": 3},
+        });
+        assert_eq!(f.text(Format::Escapement).as_str(), expected.to_string());
+        let bare = Frame::new(1, Arc::new(Signal::new("a", "b", Object::new()).at(0)));
+        let v: serde_json::Value = serde_json::from_str(&bare.text(Format::Sajou)).unwrap();
+        assert_eq!(v["metadata"], serde_json::json!({"seq": 1}));
+        assert!(v.get("correlationId").is_none());
     }
 
     fn sig(kind: &str) -> SharedSignal {

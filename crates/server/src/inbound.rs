@@ -15,8 +15,14 @@ pub struct BadFrame(pub String);
 
 /// Turns one WebSocket text frame into a signal.
 pub fn ui_frame_to_signal(normalizer: &mut Normalizer, text: &str) -> Result<Signal, BadFrame> {
+    let text = text.trim();
+    // An envelope (the usual frame) is read straight into a signal; anything else takes
+    // the general path.
+    if let Some(signal) = normalizer.envelope_from_str(text) {
+        return Ok(signal);
+    }
     let value: Value =
-        serde_json::from_str(text.trim()).map_err(|e| BadFrame(format!("not JSON: {e}")))?;
+        serde_json::from_str(text).map_err(|e| BadFrame(format!("not JSON: {e}")))?;
     value_to_signal(normalizer, value)
 }
 

@@ -141,6 +141,46 @@ async fn websocket_ingest_names_the_refused_ids() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_websocket_frames_arrives_whole_and_in_order() {
+    // More frames than one ingest batch, written at once, with a bad one among them.
+    let server = start(
+        "ui_burst",
+        &["ui_burst.inbound"],
+        "when_full = \"block\"\nclient_queue = 4096\n",
+        "",
+    )
+    .await;
+    let mut reader = ws(&server.ws_url("")).await;
+    let mut writer = ws(&server.ws_url("types=nothing")).await;
+    let ids: Vec<String> = (0..1000).map(|i| format!("b{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        if i == 600 {
+            writer
+                .feed(Message::Text("{oops".into()))
+                .await
+                .expect("feed");
+        }
+        let frame = json!({"type": "t", "id": id}).to_string();
+        writer
+            .feed(Message::Text(frame.into()))
+            .await
+            .expect("feed");
+    }
+    writer.flush().await.expect("flush");
+    for (n, id) in ids.iter().enumerate() {
+        let frame = recv(&mut reader).await.expect("a frame");
+        assert_eq!(frame["id"], id.as_str(), "{frame}");
+        assert_eq!(seq_of(&frame), n as u64 + 1, "{frame}");
+    }
+    let refusal = recv(&mut writer).await.expect("the bad frame's error");
+    assert!(
+        refusal["message"].as_str().unwrap().contains("not JSON"),
+        "{refusal}"
+    );
+    server.stop().await;
+}
+
 /// What a client read from one connection: frames' seqs, notices, and how it ended.
 #[derive(Debug, Default)]
 struct Session {

@@ -72,10 +72,29 @@ impl Normalizer {
         if trimmed.is_empty() {
             return None;
         }
+        if let Some(signal) = self.envelope_from_str(trimmed) {
+            return Some(Decoded::Signal(signal));
+        }
         Some(match serde_json::from_str::<Value>(trimmed) {
             Ok(value) => self.from_value(value),
             Err(err) => Decoded::BadInput(self.bad_input(trimmed, &format!("not JSON: {err}"))),
         })
+    }
+
+    /// Decodes `text` when it is a JSON envelope (an object with a string `type`), exactly
+    /// as [`from_value`](Normalizer::from_value) would, without building the envelope's
+    /// own object first (its fields go straight into the signal; only `payload`,
+    /// `metadata` and unknown fields become JSON values). `None` for anything else (other
+    /// JSON, or text that is not JSON): the caller takes the general path, which words
+    /// the errors.
+    pub fn envelope_from_str(&mut self, text: &str) -> Option<Signal> {
+        if !text.trim_start().starts_with('{') {
+            return None;
+        }
+        let fields: Fields = serde_json::from_str::<TopLevel>(text).ok()?.0?;
+        let signal = self.build(fields);
+        self.last_timestamp = signal.timestamp;
+        Some(signal)
     }
 
     /// Normalizes one JSON value to a valid signal: an envelope, an event, or bad input
@@ -126,12 +145,39 @@ impl Normalizer {
     }
 
     fn envelope(&self, mut obj: Object) -> Signal {
-        let mut unknown = Object::new();
-        let kind = match obj.remove("type") {
-            Some(Value::String(s)) => s,
-            _ => String::new(),
+        // `shift_remove` keeps the order of the fields left over (they go to
+        // `metadata.unknown` as the producer wrote them).
+        let fields = Fields {
+            kind: match obj.shift_remove("type") {
+                Some(Value::String(s)) => s,
+                _ => String::new(),
+            },
+            id: obj.shift_remove("id"),
+            timestamp: obj.shift_remove("timestamp"),
+            source: obj.shift_remove("source"),
+            correlation_id: obj.shift_remove("correlationId"),
+            metadata: obj.shift_remove("metadata"),
+            payload: obj.shift_remove("payload"),
+            rest: obj,
         };
-        let id = match obj.remove("id") {
+        self.build(fields)
+    }
+
+    /// The signal of an envelope's fields: missing ones filled, misfits kept under
+    /// `metadata.unknown`, the payload of a well-known type repaired.
+    fn build(&self, fields: Fields) -> Signal {
+        let Fields {
+            kind,
+            id,
+            timestamp,
+            source,
+            correlation_id,
+            metadata,
+            payload,
+            rest,
+        } = fields;
+        let mut unknown = Object::new();
+        let id = match id {
             Some(Value::String(s)) if !s.is_empty() => s,
             Some(Value::Number(n)) => n.to_string(),
             Some(other) => {
@@ -140,7 +186,7 @@ impl Normalizer {
             }
             None => next_id(),
         };
-        let timestamp = match obj.remove("timestamp") {
+        let timestamp = match timestamp {
             Some(Value::Number(n)) => match n.as_i64() {
                 Some(i) => i,
                 None => n.as_f64().map(|f| f.floor() as i64).unwrap_or(0),
@@ -151,7 +197,7 @@ impl Normalizer {
             }
             None => now_ms(),
         };
-        let source = match obj.remove("source") {
+        let source = match source {
             Some(Value::String(s)) => s,
             Some(other) => {
                 unknown.insert("source".into(), other);
@@ -159,7 +205,7 @@ impl Normalizer {
             }
             None => self.source.clone(),
         };
-        let correlation_id = match obj.remove("correlationId") {
+        let correlation_id = match correlation_id {
             Some(Value::String(s)) => Some(s),
             Some(Value::Number(n)) => Some(n.to_string()),
             Some(Value::Null) | None => None,
@@ -168,7 +214,7 @@ impl Normalizer {
                 None
             }
         };
-        let mut metadata = match obj.remove("metadata") {
+        let mut metadata = match metadata {
             Some(Value::Object(m)) => Some(m),
             Some(Value::Null) | None => None,
             Some(other) => {
@@ -176,7 +222,7 @@ impl Normalizer {
                 None
             }
         };
-        let payload = match obj.remove("payload") {
+        let payload = match payload {
             Some(Value::Object(p)) => p,
             None | Some(Value::Null) => Object::new(),
             Some(other) => {
@@ -185,7 +231,7 @@ impl Normalizer {
                 p
             }
         };
-        unknown.extend(obj);
+        unknown.extend(rest);
         if !unknown.is_empty() {
             metadata
                 .get_or_insert_with(Object::new)
@@ -202,6 +248,115 @@ impl Normalizer {
         };
         well_known::repair(&mut signal);
         signal
+    }
+}
+
+/// An envelope's fields, taken from a JSON object.
+struct Fields {
+    kind: String,
+    id: Option<Value>,
+    timestamp: Option<Value>,
+    source: Option<Value>,
+    correlation_id: Option<Value>,
+    metadata: Option<Value>,
+    payload: Option<Value>,
+    /// Every other field, in the producer's order.
+    rest: Object,
+}
+
+/// A top-level JSON object read as an envelope's fields: `None` when its `type` is not a
+/// string (then it is not an envelope).
+struct TopLevel(Option<Fields>);
+
+/// An envelope field name, recognized without allocating.
+enum Key {
+    Type,
+    Id,
+    Timestamp,
+    Source,
+    CorrelationId,
+    Metadata,
+    Payload,
+    Other(String),
+}
+
+impl<'de> serde::Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Key, D::Error> {
+        struct KeyVisitor;
+        impl serde::de::Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key, E> {
+                Ok(match key {
+                    "type" => Key::Type,
+                    "id" => Key::Id,
+                    "timestamp" => Key::Timestamp,
+                    "source" => Key::Source,
+                    "correlationId" => Key::CorrelationId,
+                    "metadata" => Key::Metadata,
+                    "payload" => Key::Payload,
+                    other => Key::Other(other.to_owned()),
+                })
+            }
+            fn visit_string<E: serde::de::Error>(self, key: String) -> Result<Key, E> {
+                match self.visit_str::<E>(&key)? {
+                    Key::Other(_) => Ok(Key::Other(key)),
+                    known => Ok(known),
+                }
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for TopLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<TopLevel, D::Error> {
+        struct TopVisitor;
+        impl<'de> serde::de::Visitor<'de> for TopVisitor {
+            type Value = TopLevel;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<TopLevel, A::Error> {
+                // As when parsing into a `Value`: a repeated field's last value wins.
+                let mut kind = None;
+                let mut fields = Fields {
+                    kind: String::new(),
+                    id: None,
+                    timestamp: None,
+                    source: None,
+                    correlation_id: None,
+                    metadata: None,
+                    payload: None,
+                    rest: Object::new(),
+                };
+                while let Some(key) = map.next_key::<Key>()? {
+                    let value: Value = map.next_value()?;
+                    match key {
+                        Key::Type => kind = Some(value),
+                        Key::Id => fields.id = Some(value),
+                        Key::Timestamp => fields.timestamp = Some(value),
+                        Key::Source => fields.source = Some(value),
+                        Key::CorrelationId => fields.correlation_id = Some(value),
+                        Key::Metadata => fields.metadata = Some(value),
+                        Key::Payload => fields.payload = Some(value),
+                        Key::Other(name) => {
+                            fields.rest.insert(name, value);
+                        }
+                    }
+                }
+                Ok(TopLevel(match kind {
+                    Some(Value::String(kind)) => Some(Fields { kind, ..fields }),
+                    _ => None,
+                }))
+            }
+        }
+        deserializer.deserialize_map(TopVisitor)
     }
 }
 
@@ -309,6 +464,64 @@ mod tests {
         assert_eq!(bad.payload["severity"], "warning");
         assert_eq!(bad.meta("raw").unwrap(), "garbage");
         patchbay_testkit::assert_schema_valid(&bad.to_value());
+    }
+
+    #[test]
+    fn the_envelope_fast_path_decodes_as_the_tree_does() {
+        let cases = [
+            r#"{"type":"x.y","id":"a","timestamp":5,"payload":{"z":1,"a":[1,{"b":null}]}}"#,
+            r#"{"payload":{"content":"hi","index":3},"metadata":{"t0":1},"source":"s","type":"text_delta","timestamp":7,"id":"i"}"#,
+            r#"{"type":"x","id":12,"timestamp":1.5,"correlationId":3,"zeta":1,"alpha":2,"metadata":{"k":1}}"#,
+            r#"{"type":"x","id":"i","timestamp":"soon","source":4,"correlationId":[1],"metadata":7,"payload":"bare","kind":"answer"}"#,
+            r#"{"type":"x","id":"i","timestamp":1,"extra":1,"extra":2,"payload":{"a":1},"payload":{"b":2}}"#,
+            r#"{"t\u0079pe":"esc","id":"i","timestamp":1,"p\u0061yload":{"k\"ey":"v\n"}}"#,
+            r#"{"type":"x","id":"","timestamp":2,"correlationId":null,"metadata":null,"payload":null}"#,
+        ];
+        for text in cases {
+            let slow = n()
+                .from_value(serde_json::from_str(text).unwrap())
+                .into_signal();
+            let mut fast_normalizer = n();
+            let fast = fast_normalizer.envelope_from_str(text).unwrap();
+            let (mut slow, mut fast) = (slow, fast);
+            if text.contains(r#""id":"""#) {
+                // A fresh id each time.
+                slow.id.clear();
+                fast.id.clear();
+            }
+            assert_eq!(fast, slow, "{text}");
+            assert_eq!(fast.to_json(), slow.to_json(), "{text}: key order");
+            assert_eq!(fast_normalizer.last_timestamp(), fast.timestamp);
+        }
+        // Not envelopes: the general path decides.
+        for text in [
+            r#"{"kind":"control","op":"pause"}"#,
+            r#"{"type":5}"#,
+            r#"{"type":"a","type":null}"#,
+            r#"[1]"#,
+            r#"{"type":"a""#,
+            r#"{"type":"a"} x"#,
+            "nope",
+        ] {
+            assert!(n().envelope_from_str(text).is_none(), "{text}");
+        }
+    }
+
+    #[test]
+    fn unknown_envelope_fields_keep_their_order() {
+        let s = n()
+            .decode_text(r#"{"type":"x","zeta":1,"id":{},"alpha":2,"mid":3}"#)
+            .unwrap()
+            .into_signal();
+        let unknown = s.meta("unknown").unwrap().as_object().unwrap();
+        assert_eq!(
+            unknown.keys().collect::<Vec<_>>(),
+            ["id", "zeta", "alpha", "mid"]
+        );
+        let slow = n()
+            .from_value(json!({"type":"x","zeta":1,"id":{},"alpha":2,"mid":3}))
+            .into_signal();
+        assert_eq!(slow.meta("unknown"), s.meta("unknown"));
     }
 
     #[test]
