@@ -3,10 +3,9 @@
 //! `openai` and `anthropic` Python SDKs call each upstream directly and through the proxy
 //! and must get the same; faults (429, truncated and cut streams, latency) reach the SDK
 //! unchanged and become `error` signals; a hang-up cancels the upstream request. Needs
-//! `tests/support/llm/setup.sh` (run by the test). See `tests/support/llm/proxy_e2e.rs`.
+//! `tests/support/llm/setup.sh` (run by the test). See `patchbay_testkit::llm_proxy_e2e`.
 
-#[path = "support/llm/proxy_e2e.rs"]
-mod proxy_e2e;
+use patchbay_testkit::llm_proxy_e2e as proxy_e2e;
 
 use std::path::Path;
 use std::process::Stdio;

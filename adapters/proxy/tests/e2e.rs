@@ -1,9 +1,8 @@
 //! The tap proxy end to end with the graph run in process (the same scenario as the root
 //! test `tests/llm_proxy.rs`, which runs the binary): official SDKs, a replay upstream,
-//! llmock faults. See `tests/support/llm/proxy_e2e.rs`.
+//! llmock faults. See `patchbay_testkit::llm_proxy_e2e`.
 
-#[path = "../../../tests/support/llm/proxy_e2e.rs"]
-mod proxy_e2e;
+use patchbay_testkit::llm_proxy_e2e as proxy_e2e;
 
 use std::path::Path;
 

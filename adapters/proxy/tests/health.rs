@@ -1,8 +1,7 @@
 //! The proxy's health poll (`/v1/models` of the upstream) against the replay upstream of
 //! `tests/support/llm/proxy_e2e.rs` and against nothing.
 
-#[path = "../../../tests/support/llm/proxy_e2e.rs"]
-mod proxy_e2e;
+use patchbay_testkit::llm_proxy_e2e as proxy_e2e;
 
 use std::time::Duration;
 

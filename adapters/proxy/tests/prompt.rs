@@ -3,8 +3,7 @@
 //! file. The upstream is the replay server of `tests/support/llm/proxy_e2e.rs` (the model
 //! names the capture).
 
-#[path = "../../../tests/support/llm/proxy_e2e.rs"]
-mod proxy_e2e;
+use patchbay_testkit::llm_proxy_e2e as proxy_e2e;
 
 use std::time::Duration;
 

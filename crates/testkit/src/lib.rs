@@ -23,6 +23,8 @@ pub mod generic_e2e;
 pub mod jack;
 #[cfg(feature = "jte-wrap-e2e")]
 pub mod jte_wrap_e2e;
+#[cfg(feature = "llm-proxy-e2e")]
+pub mod llm_proxy_e2e;
 #[cfg(feature = "palyra-e2e")]
 pub mod palyra_e2e;
 pub mod prng;

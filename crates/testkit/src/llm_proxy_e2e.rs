@@ -1,5 +1,5 @@
 //! The LLM tap proxy end to end, shared by the root test `tests/llm_proxy.rs` (the real
-//! binary) and `adapters/proxy/tests/e2e.rs` (the same graph run in process).
+//! binary) and the proxy adapter's tests (the same graph run in process).
 //!
 //! Peers: a replay upstream written here (axum) serving the recorded captures of
 //! `tests/fixtures/{openai,anthropic}/*.sse` (the request's `model` names the capture),
@@ -24,7 +24,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use patchbay_testkit::scratch::ScratchDir;
+use crate::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -721,7 +721,7 @@ fn check_signals(signals: &[Value], calls: &[Call], faults: &[(&str, String, &st
     assert!(!signals.is_empty(), "patchbay wrote no signal");
     for s in signals {
         if WELL_KNOWN.contains(&s["type"].as_str().unwrap_or_default()) {
-            patchbay_testkit::assert_schema_valid(s);
+            crate::assert_schema_valid(s);
         }
         // No API key ever reaches a signal.
         let text = s.to_string();
