@@ -24,9 +24,9 @@ pub fn run(type_name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            emit(&format!("{}\n", serde_json::to_string_pretty(&list)?));
         } else {
-            print!("{}", render_list());
+            emit(&render_list());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -52,16 +52,23 @@ pub fn run(type_name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&list)?));
     } else {
         for (i, (adapter, c)) in matching.iter().enumerate() {
             if i > 0 {
-                println!();
+                emit("\n");
             }
-            print!("{}", render_one(adapter, c));
+            emit(&render_one(adapter, c));
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes to standard output; a reader that went away (`| head`) ends the output quietly
+/// instead of a panic.
+fn emit(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
 /// Every component type with its adapter, in the adapters' order.

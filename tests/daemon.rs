@@ -193,31 +193,42 @@ fn metrics_pass_promtool() {
     std::fs::write(
         &config,
         format!(
-            "[sources.in]\ntype = \"stdin\"\n\n[filters.keep]\ntype = \"when\"\ninputs = [\"in\", \"ui.inbound\"]\nwhen = {{ type = \"keep\" }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"keep\"]\nlisten = \"127.0.0.1:{port}\"\n"
+            "[sources.in]\ntype = \"stdin\"\n\n[filters.keep]\ntype = \"when\"\ninputs = [\"in\", \"ui.inbound\"]\nwhen = {{ type = \"keep\" }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"keep\"]\nlisten = \"127.0.0.1:{port}\"\ntoken = \"s3cret\"\n"
         ),
     )
     .unwrap();
     let _daemon = Daemon(patchbay().arg("run").arg(&config).spawn().expect("runs"));
-    let metrics = {
+    let get = |path: &str, extra: &str| -> Option<String> {
         use std::io::{Read, Write};
-        let mut body = None;
-        for _ in 0..600 {
-            if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-                write!(
-                    stream,
-                    "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-                )
-                .unwrap();
-                let mut response = String::new();
-                stream.read_to_string(&mut response).unwrap();
-                body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned());
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        body.expect("the sidecar answers /metrics")
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}Connection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        Some(response)
     };
+    let mut up = false;
+    for _ in 0..600 {
+        if get("/health", "Authorization: Bearer s3cret\r\n").is_some() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(up, "the sidecar never answered");
+    // A request without the token is refused, and the refusal counted by its reason.
+    let refused = get("/metrics", "").unwrap();
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let metrics = get("/metrics", "Authorization: Bearer s3cret\r\n").unwrap();
+    let metrics = metrics.split_once("\r\n\r\n").unwrap().1.to_owned();
     assert!(metrics.contains("# HELP patchbay_clients "), "{metrics}");
+    assert!(
+        metrics.contains("patchbay_http_refused_total{component=\"ui\",reason=\"unauthorized\"} 1"),
+        "{metrics}"
+    );
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

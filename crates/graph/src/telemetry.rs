@@ -63,6 +63,8 @@ pub struct ComponentStats {
     gauges: Mutex<BTreeMap<String, f64>>,
     /// What each gauge measures (`# HELP` in `/metrics`), as the component describes them.
     gauge_help: Mutex<&'static [(&'static str, &'static str)]>,
+    /// HTTP requests a listening component refused, by reason (`unauthorized`, …).
+    http_refused: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// A snapshot of one component, as `/health` shows it.
@@ -102,6 +104,9 @@ pub struct ComponentSnapshot {
     /// What the gauges measure, by name.
     #[serde(skip)]
     pub gauge_help: &'static [(&'static str, &'static str)],
+    /// HTTP requests refused, by reason.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub http_refused: BTreeMap<&'static str, u64>,
 }
 
 impl ComponentStats {
@@ -124,7 +129,18 @@ impl ComponentStats {
             }),
             gauges: Mutex::new(BTreeMap::new()),
             gauge_help: Mutex::new(&[]),
+            http_refused: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Counts an HTTP request refused for `reason` (`unauthorized`, `forbidden_origin`).
+    pub fn http_refused(&self, reason: &'static str) {
+        *self
+            .http_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(reason)
+            .or_default() += 1;
     }
 
     /// The same, reading `inputs` (node names, `NAME.dropped` for a drop port).
@@ -217,6 +233,11 @@ impl ComponentStats {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             gauge_help: *self.gauge_help.lock().unwrap_or_else(|e| e.into_inner()),
+            http_refused: self
+                .http_refused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 }
@@ -296,6 +317,19 @@ impl Telemetry {
                     escape(&s.name),
                     escape(&s.type_name),
                     get(s)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP patchbay_http_refused_total HTTP requests a component refused, by reason (unauthorized, forbidden_origin).\n# TYPE patchbay_http_refused_total counter"
+        );
+        for s in &snaps {
+            for (reason, n) in &s.http_refused {
+                let _ = writeln!(
+                    out,
+                    "patchbay_http_refused_total{{component=\"{}\",reason=\"{reason}\"}} {n}",
+                    escape(&s.name)
                 );
             }
         }

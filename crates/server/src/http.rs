@@ -236,8 +236,27 @@ fn query_or_error(q: Result<Query<StreamQuery>, QueryRejection>) -> Result<Strea
     })
 }
 
-/// Checks the `Origin` (when `check_origin`) and the bearer token (when one is set).
+/// Checks the `Origin` (when `check_origin`) and the bearer token (when one is set); a
+/// refusal is counted by its reason (`patchbay_http_refused_total`).
 fn authorize(
+    state: &AppState,
+    headers: &HeaderMap,
+    query_token: Option<&str>,
+    check_origin: bool,
+) -> Result<(), Refusal> {
+    let refused = check_access(state, headers, query_token, check_origin);
+    if let Err(refusal) = &refused {
+        let reason = if refusal.status == StatusCode::UNAUTHORIZED {
+            "unauthorized"
+        } else {
+            "forbidden_origin"
+        };
+        state.stats.http_refused(reason);
+    }
+    refused
+}
+
+fn check_access(
     state: &AppState,
     headers: &HeaderMap,
     query_token: Option<&str>,
