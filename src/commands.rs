@@ -10,6 +10,7 @@ use patchbay_graph::WrapRequest;
 use patchbay_graph::config::suggestion;
 
 use crate::config_files::{self, ConfigChoice, DefaultPipeline};
+use crate::daemon::{self, ConfigSource, Daemon};
 use crate::instance::{self, InstanceLock};
 use crate::pipeline::{ADAPTERS, DEFAULT_PIPELINE, registry};
 
@@ -37,6 +38,56 @@ pub struct RunArgs {
     /// derived from the configs).
     #[arg(long, value_name = "NAME")]
     instance: Option<String>,
+    /// Reload when a config file changes (polled twice a second; a change is applied once
+    /// the files have stayed the same for one more poll).
+    #[arg(long)]
+    watch: bool,
+}
+
+/// `patchbay reload`'s options: which daemon (the same as its `run` was given).
+#[derive(Debug, Default, clap::Args)]
+pub struct ReloadArgs {
+    /// The daemon's config files or folders, as given to `run`.
+    #[arg(short = 'c', long = "config", value_name = "PATH")]
+    config: Vec<PathBuf>,
+    /// The same as `-c`.
+    #[arg(value_name = "CONFIG")]
+    configs: Vec<PathBuf>,
+    /// The daemon's `--listen`, as given to `run`.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// The daemon's instance name, as given to `run`.
+    #[arg(long, value_name = "NAME")]
+    instance: Option<String>,
+}
+
+/// The instance a `run` or `reload` means: `--instance`, else derived from the configs
+/// (as `run` chooses them) and `--listen`.
+fn instance_of(instance: &Option<String>, choice: &ConfigChoice, listen: Option<&str>) -> String {
+    let configs: &[PathBuf] = match choice {
+        ConfigChoice::Paths(paths) => paths,
+        ConfigChoice::Default => &[],
+    };
+    instance
+        .clone()
+        .unwrap_or_else(|| instance::derived_name(configs, listen))
+}
+
+/// The configs a `run` or `reload` means.
+fn config_choice(config: &[PathBuf], configs: &[PathBuf]) -> ConfigChoice {
+    let given: Vec<PathBuf> = config.iter().chain(configs).cloned().collect();
+    config_files::choose(
+        &given,
+        std::env::var_os("PATCHBAY_CONFIG"),
+        config_files::user_config_dir(),
+    )
+}
+
+/// `patchbay reload`: the running daemon reloads its config.
+pub fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
+    let choice = config_choice(&args.config, &args.configs);
+    let instance = instance_of(&args.instance, &choice, args.listen.as_deref());
+    daemon::request_reload(&instance::lock_dir(), &instance)
 }
 
 /// Loads and compiles config files; on errors prints them and returns `None`.
@@ -101,13 +152,8 @@ pub fn validate(configs: &[PathBuf]) -> anyhow::Result<ExitCode> {
 /// `patchbay run`: the daemon, until SIGINT or SIGTERM.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal;
-    let given: Vec<PathBuf> = args.config.iter().chain(&args.configs).cloned().collect();
-    let choice = config_files::choose(
-        &given,
-        std::env::var_os("PATCHBAY_CONFIG"),
-        config_files::user_config_dir(),
-    );
-    let (files, configs) = match &choice {
+    let choice = config_choice(&args.config, &args.configs);
+    let (files, source) = match &choice {
         ConfigChoice::Paths(paths) => {
             if args.listen.is_some() {
                 eprintln!(
@@ -118,7 +164,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             let Some(files) = read(paths) else {
                 return Ok(ExitCode::from(EXIT_CONFIG));
             };
-            (files, paths.clone())
+            (files, ConfigSource::Paths(paths.clone()))
         }
         ConfigChoice::Default => {
             let pipeline = DefaultPipeline {
@@ -126,7 +172,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 stdin: !std::io::stdin().is_terminal(),
             };
             match pipeline.source_text() {
-                Ok(text) => (vec![text], Vec::new()),
+                Ok(text) => (vec![text.clone()], ConfigSource::Fixed(vec![text])),
                 Err(e) => anyhow::bail!("the default pipeline does not parse: {e}"),
             }
         }
@@ -134,11 +180,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let Some(graph) = compile(&files) else {
         return Ok(ExitCode::from(EXIT_CONFIG));
     };
-    let instance = args
-        .instance
-        .clone()
-        .unwrap_or_else(|| instance::derived_name(&configs, args.listen.as_deref()));
-    let _lock = match InstanceLock::acquire(&instance::lock_dir(), &instance) {
+    let instance = instance_of(&args.instance, &choice, args.listen.as_deref());
+    let lock_dir = instance::lock_dir();
+    let _lock = match InstanceLock::acquire(&lock_dir, &instance) {
         Ok(lock) => {
             tracing::debug!(lock = %lock.path().display(), "instance `{instance}`");
             lock
@@ -148,50 +192,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_UNAVAILABLE));
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let stop = async {
-        stop_signal().await;
-        // The graph drains for at most `shutdown_timeout_ms`; a second signal exits at once.
-        tokio::spawn(async {
-            stop_signal().await;
-            tracing::warn!("second stop signal: exiting without draining");
-            std::process::exit(130);
-        });
-    };
-    let report = runtime.block_on(patchbay_graph::runtime::run(graph, stop));
-    if !report.drained {
-        tracing::warn!("shutdown timeout reached before every output drained");
+    if args.watch && matches!(source, ConfigSource::Fixed(_)) {
+        tracing::warn!("--watch: the default pipeline has no file to watch");
     }
-    // Sources may be blocked in reads (stdin) that cannot be cancelled: do not wait.
-    runtime.shutdown_background();
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let term = signal(SignalKind::terminate());
-        let int = signal(SignalKind::interrupt());
-        match (term, int) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    daemon::serve(Daemon {
+        graph,
+        source,
+        watch: args.watch,
+        reload_status: daemon::reload_status_path(&lock_dir, &instance),
+    })
 }
 
 pub fn graph(configs: &[PathBuf], format: &str) -> anyhow::Result<ExitCode> {
@@ -332,7 +341,7 @@ pub fn tap(args: TapArgs) -> anyhow::Result<ExitCode> {
         let note = |what: &str| eprintln!("patchbay tap: {what}");
         tokio::select! {
             result = patchbay_server::tap(&options, &mut out, note) => result.map_err(anyhow::Error::from),
-            () = stop_signal() => Ok(()),
+            () = daemon::stop_signal() => Ok(()),
         }
     })?;
     Ok(ExitCode::SUCCESS)

@@ -124,7 +124,7 @@ pub fn derived_name(configs: &[PathBuf], listen: Option<&str>) -> String {
 }
 
 /// `name` with anything but letters, digits, `-`, `_` and `.` replaced, for a file name.
-fn file_name(name: &str) -> String {
+pub(crate) fn file_name(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {

@@ -12,6 +12,7 @@
 mod commands;
 mod components;
 mod config_files;
+mod daemon;
 mod discover;
 pub mod discovery;
 #[cfg(feature = "claude-code")]
@@ -88,6 +89,9 @@ enum Command {
     },
     /// Run the daemon on CONFIG files or directories (no CONFIG: the default pipeline).
     Run(commands::RunArgs),
+    /// Make the running daemon reload its config (SIGHUP); says what changed, or why the
+    /// new config was refused (exit 78).
+    Reload(commands::ReloadArgs),
     /// Check configs; exit 1 with FILE:LINE:COL messages.
     Validate {
         /// Config files or directories.
@@ -211,6 +215,7 @@ pub fn main() -> ExitCode {
         .unwrap_or_else(|| Command::Run(commands::RunArgs::default()))
     {
         Command::Run(args) => commands::run(&args),
+        Command::Reload(args) => commands::reload(&args),
         Command::Discover { json } => discover::run(json),
         Command::Components { type_name, json } => components::run(type_name.as_deref(), json),
         Command::Service { command } => match command {
@@ -282,4 +287,19 @@ fn init_logging(format: LogFormat) {
             .try_init(),
         LogFormat::Json => builder.json().with_current_span(true).try_init(),
     };
+    // A panic is logged like everything else, inside the span of the component that
+    // panicked (the runtime catches it and restarts the component).
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(%location, "panic: {message}");
+    }));
 }

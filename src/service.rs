@@ -61,13 +61,17 @@ Description=patchbay: a signal router for AI agents and the hardware around them
 After=network.target
 
 [Service]
-Type=simple
+# patchbay tells systemd when every listener is bound and every file open (READY=1).
+Type=notify
+NotifyAccess=main
 ExecStart={exec}
+# Reload by diff: unchanged components keep their connections.
+ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 RestartSec=2
 # A wrong config (exit 78) is not retried: it waits for a fix and `systemctl --user restart patchbay`.
 RestartPreventExitStatus=78
-# SIGHUP-free stop: SIGTERM drains the graph; patchbay exits within its shutdown timeout.
+# SIGTERM drains the graph; patchbay exits within its shutdown timeout.
 KillSignal=SIGTERM
 TimeoutStopSec=30
 Environment=PATCHBAY_LOG=info

@@ -73,6 +73,10 @@ struct FileOutput {
 }
 
 impl Output for FileOutput {
+    fn reports_started(&self) -> bool {
+        true
+    }
+
     fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let file = tokio::fs::OpenOptions::new()
@@ -81,6 +85,7 @@ impl Output for FileOutput {
                 .open(&self.config.path)
                 .await
                 .map_err(|e| format!("{}: {e}", self.config.path.display()))?;
+            cx.started();
             write_lines(file, cx, false).await
         })
     }

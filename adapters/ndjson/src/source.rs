@@ -86,6 +86,10 @@ impl Source for FileSource {
         !self.config.repeat
     }
 
+    fn reports_started(&self) -> bool {
+        true
+    }
+
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let source = format!("file:{}", cx.name());
@@ -93,6 +97,7 @@ impl Source for FileSource {
                 let file = tokio::fs::File::open(&self.config.path)
                     .await
                     .map_err(|e| format!("{}: {e}", self.config.path.display()))?;
+                cx.started();
                 let done = match self.config.format {
                     FileFormat::Signals => {
                         read_signals(file, NdjsonDecoder::new(source.clone()), &cx).await?

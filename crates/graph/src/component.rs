@@ -29,22 +29,77 @@ pub trait Source: Send {
         false
     }
 
+    /// Whether the source acquires something at start that can fail (a port to listen
+    /// on, a file to open) and calls [`SourceContext::started`] once it has: the daemon
+    /// reports itself ready, or exits with "unavailable", only after every such
+    /// component has started or failed.
+    fn reports_started(&self) -> bool {
+        false
+    }
+
     /// Runs the source. Returning `Ok` means the input ended.
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>>;
 }
 
 /// An output: consumes its queue until it is closed and empty.
 pub trait Output: Send {
+    /// Whether the output acquires something at start that can fail (a port, a file)
+    /// and calls [`OutputContext::started`] once it has (see
+    /// [`Source::reports_started`]).
+    fn reports_started(&self) -> bool {
+        false
+    }
+
     /// Runs the output. For outputs that talk both ways, what they receive goes into
     /// [`OutputContext::inbound`].
     fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>>;
 }
 
-/// What moves from sources to the graph task.
+/// What moves from sources to the graph task, by the source's slot (a number the
+/// runtime gives each running instance).
 #[derive(Debug)]
 pub(crate) enum Event {
     Signal(usize, SharedSignal),
-    Ended(usize),
+    /// The source ended (whether it panicked).
+    Ended(usize, bool),
+}
+
+/// What a component's task tells the runtime about itself, by slot, apart from its
+/// signals (an unbounded channel: a few messages per component).
+#[derive(Debug)]
+pub(crate) enum Life {
+    /// It acquired what it needs ([`SourceContext::started`]).
+    Started(usize),
+    /// Its task ended: how.
+    Ended(usize, Ending),
+}
+
+/// How a component's task ended.
+#[derive(Debug, Clone)]
+pub(crate) enum Ending {
+    /// It returned `Ok`.
+    Finished,
+    /// It returned an error.
+    Failed(String),
+    /// It panicked (the message).
+    Panicked(String),
+    /// It was stopped without finishing (aborted at the deadline).
+    Aborted,
+}
+
+/// How a component reports itself started (see [`Source::reports_started`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StartReport {
+    pub(crate) slot: usize,
+    pub(crate) life: Option<mpsc::UnboundedSender<Life>>,
+}
+
+impl StartReport {
+    fn started(&self) {
+        if let Some(life) = &self.life {
+            let _ = life.send(Life::Started(self.slot));
+        }
+    }
 }
 
 /// Tells components to stop, and by when the graph must have drained.
@@ -130,6 +185,7 @@ pub struct SourceContext {
     tx: mpsc::Sender<Event>,
     stats: Arc<ComponentStats>,
     shutdown: Shutdown,
+    start: StartReport,
 }
 
 impl SourceContext {
@@ -146,12 +202,25 @@ impl SourceContext {
             tx,
             stats,
             shutdown,
+            start: StartReport::default(),
         }
+    }
+
+    /// The same, reporting [`SourceContext::started`] to the runtime.
+    pub(crate) fn with_start(mut self, start: StartReport) -> Self {
+        self.start = start;
+        self
     }
 
     /// The source's name in the config (`pads`, `ui.inbound`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Says that the source acquired what it needs to run (its port is bound, its file
+    /// open): see [`Source::reports_started`].
+    pub fn started(&self) {
+        self.start.started();
     }
 
     /// Emits a signal, waiting while the graph's inbound queue is full (back-pressure on
@@ -329,12 +398,19 @@ pub struct OutputContext {
     pub(crate) inbound: Option<SourceContext>,
     pub(crate) telemetry: Arc<Telemetry>,
     pub(crate) shutdown: Shutdown,
+    pub(crate) start: StartReport,
 }
 
 impl OutputContext {
     /// The output's name in the config.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Says that the output acquired what it needs to run (its port is bound, its file
+    /// open): see [`Output::reports_started`].
+    pub fn started(&self) {
+        self.start.started();
     }
 
     /// The next signal to deliver; `None` when the graph has ended and the queue is empty.

@@ -4,7 +4,12 @@
 //! tokio: the async runtime feeds it, `patchbay test` drives it with virtual time, and the
 //! benchmarks measure it directly. Signals are `Arc`s: a signal that fans out to several
 //! branches is shared, never copied.
+//!
+//! A filter that panics is contained here: the signal it was handling is lost (counted
+//! as an error of that filter), the filter starts again from a fresh instance, and the
+//! rest of the graph goes on.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use patchbay_signal::SharedSignal;
@@ -13,10 +18,43 @@ use crate::compile::{Node, NodeKind};
 use crate::filter::{ClockKind, Emit, Filter, Port};
 use crate::telemetry::ComponentStats;
 
-struct FilterState {
+/// A filter's running state (its instance and its clock), which a reload that keeps the
+/// filter moves to the next engine.
+pub struct FilterState {
     filter: Box<dyn Filter>,
+    spec: crate::filter::FilterSpec,
     clock: Option<ClockKind>,
     now: i64,
+}
+
+impl FilterState {
+    /// Runs one call into the filter; a panic is caught, counted and logged, and the
+    /// filter starts again from a fresh instance (what it held is lost).
+    fn call(
+        &mut self,
+        stats: &ComponentStats,
+        f: impl FnOnce(&mut dyn Filter, &mut Emit),
+        emit: &mut Emit,
+    ) {
+        let filter = &mut self.filter;
+        let caught = std::panic::catch_unwind(AssertUnwindSafe(|| f(filter.as_mut(), emit)));
+        if let Err(panic) = caught {
+            let why = panic_message(panic.as_ref());
+            ComponentStats::add(&stats.panics, 1);
+            stats.record_error(format!("panicked ({why}); restarted with empty state"));
+            emit.clear();
+            self.filter = self.spec.instantiate();
+        }
+    }
+}
+
+/// The message of a caught panic, when it has one.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
 }
 
 enum Slot {
@@ -72,6 +110,7 @@ impl Engine {
                 NodeKind::Source(_) | NodeKind::Inbound { .. } => Slot::Producer,
                 NodeKind::Filter(spec) => Slot::Filter(FilterState {
                     filter: spec.instantiate(),
+                    spec: spec.clone(),
                     clock: spec.clock,
                     now: i64::MIN,
                 }),
@@ -148,7 +187,8 @@ impl Engine {
                     let mut emit = self.spare.pop().unwrap_or_default();
                     if let Slot::Filter(f) = &mut self.slots[i] {
                         f.now = f.now.max(wall_now);
-                        f.filter.on_timer(f.now, &mut emit);
+                        let now = f.now;
+                        f.call(&self.stats[i], |f, e| f.on_timer(now, e), &mut emit);
                     }
                     self.route(i, &mut emit, wall_now, sink);
                     self.spare.push(emit);
@@ -170,7 +210,7 @@ impl Engine {
         if let Slot::Filter(_) = &self.slots[node] {
             let mut emit = self.spare.pop().unwrap_or_default();
             if let Slot::Filter(f) = &mut self.slots[node] {
-                f.filter.flush(&mut emit);
+                f.call(&self.stats[node], |f, e| f.flush(e), &mut emit);
             }
             self.route(node, &mut emit, wall_now, sink);
             self.spare.push(emit);
@@ -197,6 +237,77 @@ impl Engine {
                 self.end(i, wall_now, sink);
             }
         }
+    }
+
+    /// Flushes one filter (everything it holds goes downstream), without ending it or
+    /// anything after it: a reload flushes the filters it removes or rebuilds.
+    pub fn flush_filter(&mut self, node: usize, wall_now: i64, sink: &mut Sink<'_>) {
+        if !matches!(self.slots.get(node), Some(Slot::Filter(_))) {
+            return;
+        }
+        let mut emit = self.spare.pop().unwrap_or_default();
+        if let Slot::Filter(f) = &mut self.slots[node] {
+            f.call(&self.stats[node], |f, e| f.flush(e), &mut emit);
+        }
+        self.route(node, &mut emit, wall_now, sink);
+        self.spare.push(emit);
+    }
+
+    /// Takes a filter's state out (for [`Engine::put_filter`] into the next engine); the
+    /// node is left with a fresh instance.
+    pub fn take_filter(&mut self, node: usize) -> Option<FilterState> {
+        match self.slots.get_mut(node) {
+            Some(Slot::Filter(f)) => {
+                let fresh = FilterState {
+                    filter: f.spec.instantiate(),
+                    spec: f.spec.clone(),
+                    clock: f.clock,
+                    now: i64::MIN,
+                };
+                Some(std::mem::replace(f, fresh))
+            }
+            _ => None,
+        }
+    }
+
+    /// Gives a filter node the state a previous engine ran it with.
+    pub fn put_filter(&mut self, node: usize, state: FilterState) {
+        if let Some(Slot::Filter(f)) = self.slots.get_mut(node) {
+            *f = state;
+        }
+    }
+
+    /// Whether a node has ended.
+    pub fn has_ended(&self, node: usize) -> bool {
+        self.ended.get(node).copied().unwrap_or(true)
+    }
+
+    /// Adds a producer that is not in the graph any more but still running (a source a
+    /// reload removed, until it stops): what it still emits goes to `consumers`, by port.
+    /// Returns its node index, for [`Engine::push`] and [`Engine::end`].
+    pub fn add_retired_producer(
+        &mut self,
+        consumers: Vec<Vec<usize>>,
+        stats: Arc<ComponentStats>,
+    ) -> usize {
+        for c in consumers.iter().flatten() {
+            self.live_inputs[*c] += 1;
+        }
+        self.slots.push(Slot::Producer);
+        let mut ports = consumers;
+        if ports.len() < 2 {
+            ports.resize(2, Vec::new());
+        }
+        self.consumers.push(ports);
+        self.live_inputs.push(0);
+        self.ended.push(false);
+        self.stats.push(stats);
+        self.slots.len() - 1
+    }
+
+    /// The nodes each port of `node` feeds, by port index.
+    pub fn consumers_of(&self, node: usize) -> &[Vec<usize>] {
+        self.consumers.get(node).map(Vec::as_slice).unwrap_or(&[])
     }
 
     fn deliver(
@@ -250,10 +361,11 @@ impl Engine {
                 _ => f.now.max(wall_now),
             };
             f.now = now;
+            let stats = &self.stats[node];
             if f.filter.next_due().is_some_and(|due| due <= now) {
-                f.filter.on_timer(now, &mut emit);
+                f.call(stats, |f, e| f.on_timer(now, e), &mut emit);
             }
-            f.filter.on_signal(signal, now, &mut emit);
+            f.call(stats, |f, e| f.on_signal(signal, now, e), &mut emit);
         }
         self.route(node, &mut emit, wall_now, sink);
         self.spare.push(emit);

@@ -70,6 +70,11 @@ impl Emit {
         self.items.is_empty()
     }
 
+    /// Forgets what was emitted (a filter that panicked half-way).
+    pub(crate) fn clear(&mut self) {
+        self.items.clear();
+    }
+
     /// Emitted signals, in order (for tests).
     pub fn items(&self) -> &[(Port, SharedSignal)] {
         &self.items

@@ -137,6 +137,7 @@ mod tests {
             inbound: Some(inbound),
             telemetry: Arc::new(Telemetry::default()),
             shutdown: Shutdown::never(),
+            start: Default::default(),
         };
         (cx, rx)
     }

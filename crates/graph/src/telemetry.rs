@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
 
@@ -47,7 +47,8 @@ pub struct ComponentStats {
     name: String,
     type_name: String,
     role: Role,
-    inputs: Vec<String>,
+    /// What it reads; a reload may rewire a component it keeps.
+    inputs: Mutex<Vec<String>>,
     /// Signals that came in (read from a peer, or delivered to a filter/output).
     pub received: AtomicU64,
     /// Signals passed on (into the graph, out of a filter, written by an output).
@@ -59,6 +60,8 @@ pub struct ComponentStats {
     /// Signals refused at ingest: the graph stayed full past the ingest timeout, and the
     /// sender was told so.
     pub refused: AtomicU64,
+    /// Times the component panicked (each one caught, counted and restarted).
+    pub panics: AtomicU64,
     health: Mutex<Health>,
     gauges: Mutex<BTreeMap<String, f64>>,
     /// What each gauge measures (`# HELP` in `/metrics`), as the component describes them.
@@ -98,6 +101,8 @@ pub struct ComponentSnapshot {
     pub bad_input: u64,
     /// Signals refused at ingest (the graph stayed full).
     pub refused: u64,
+    /// Panics caught (the component was restarted).
+    pub panics: u64,
     /// Component-specific gauges (`clients`, `lagged_clients`, …).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub gauges: BTreeMap<String, f64>,
@@ -116,12 +121,13 @@ impl ComponentStats {
             name: name.into(),
             type_name: type_name.into(),
             role,
-            inputs: Vec::new(),
+            inputs: Mutex::new(Vec::new()),
             received: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             bad_input: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
             health: Mutex::new(Health {
                 state: HealthState::Starting,
                 detail: None,
@@ -144,14 +150,24 @@ impl ComponentStats {
     }
 
     /// The same, reading `inputs` (node names, `NAME.dropped` for a drop port).
-    pub fn with_inputs(mut self, inputs: Vec<String>) -> Self {
-        self.inputs = inputs;
+    pub fn with_inputs(self, inputs: Vec<String>) -> Self {
+        self.set_inputs(inputs);
         self
+    }
+
+    /// Replaces what the component reads (a reload rewired it).
+    pub fn set_inputs(&self, inputs: Vec<String>) {
+        *self.inputs.lock().unwrap_or_else(|e| e.into_inner()) = inputs;
     }
 
     /// The component's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The component's type.
+    pub fn type_name(&self) -> &str {
+        &self.type_name
     }
 
     /// Adds to a counter.
@@ -218,7 +234,11 @@ impl ComponentStats {
             name: self.name.clone(),
             type_name: self.type_name.clone(),
             role: self.role,
-            inputs: self.inputs.clone(),
+            inputs: self
+                .inputs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             state: h.state,
             detail: h.detail,
             last_error: h.last_error,
@@ -227,6 +247,7 @@ impl ComponentStats {
             dropped: self.dropped.load(Ordering::Relaxed),
             bad_input: self.bad_input.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
+            panics: self.panics.load(Ordering::Relaxed),
             gauges: self
                 .gauges
                 .lock()
@@ -242,37 +263,101 @@ impl ComponentStats {
     }
 }
 
-/// Every component of a running graph.
+/// Every component of a running graph, and its config generation.
 #[derive(Debug, Default)]
 pub struct Telemetry {
-    components: Vec<Arc<ComponentStats>>,
+    /// In graph order; a reload replaces the list (the stats of a kept component are
+    /// the same `Arc`, so its counters go on).
+    components: RwLock<Vec<Arc<ComponentStats>>>,
+    config: Mutex<ConfigState>,
+}
+
+/// Which config the graph runs, and how the last reload went (shown in `/health`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ConfigState {
+    /// 1 for the config the daemon started with, one more for each applied reload.
+    pub generation: u64,
+    /// The last reload attempt, if there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_reload: Option<ReloadRecord>,
+}
+
+/// How a reload attempt ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadRecord {
+    /// When it was attempted (Unix ms).
+    pub at_ms: i64,
+    /// Whether the new config runs now.
+    pub ok: bool,
+    /// What changed (`2 kept, 1 rebuilt, 1 added, 0 removed`) or why it was refused.
+    pub outcome: String,
 }
 
 impl Telemetry {
     /// Registers a component and returns its stats handle.
     pub fn register(&mut self, stats: ComponentStats) -> Arc<ComponentStats> {
         let stats = Arc::new(stats);
-        self.components.push(Arc::clone(&stats));
+        self.components
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::clone(&stats));
         stats
     }
 
+    /// Replaces the component list (after a reload).
+    pub fn replace(&self, components: Vec<Arc<ComponentStats>>) {
+        *self.components.write().unwrap_or_else(|e| e.into_inner()) = components;
+    }
+
     /// All components, in graph order.
-    pub fn components(&self) -> &[Arc<ComponentStats>] {
-        &self.components
+    pub fn components(&self) -> Vec<Arc<ComponentStats>> {
+        self.components
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Snapshots of all components.
     pub fn snapshot(&self) -> Vec<ComponentSnapshot> {
-        self.components.iter().map(|c| c.snapshot()).collect()
+        self.components().iter().map(|c| c.snapshot()).collect()
     }
 
     /// A snapshot of the component named `name` (`ui`, `ui.inbound`), if the graph has one:
     /// how a program (or a test) reads one component's health and counters.
     pub fn component(&self, name: &str) -> Option<ComponentSnapshot> {
-        self.components
+        self.components()
             .iter()
             .find(|c| c.name() == name)
             .map(|c| c.snapshot())
+    }
+
+    /// The config generation and the last reload.
+    pub fn config(&self) -> ConfigState {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records a reload attempt; an applied one starts the next generation.
+    pub fn record_reload(&self, ok: bool, outcome: String) {
+        let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        if ok {
+            c.generation += 1;
+        }
+        c.last_reload = Some(ReloadRecord {
+            at_ms: patchbay_signal::now_ms(),
+            ok,
+            outcome,
+        });
+    }
+
+    /// Starts generation 1 (the config the graph started with).
+    pub(crate) fn start_generation(&self) {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation = 1;
     }
 
     /// The components in Prometheus text exposition format.
@@ -280,8 +365,19 @@ impl Telemetry {
         use std::fmt::Write;
         let snaps = self.snapshot();
         let mut out = String::new();
+        let config = self.config();
+        let _ = writeln!(
+            out,
+            "# HELP patchbay_config_generation The config generation running (1 at start, +1 per applied reload).\n# TYPE patchbay_config_generation gauge\npatchbay_config_generation {}",
+            config.generation
+        );
+        let _ = writeln!(
+            out,
+            "# HELP patchbay_config_reload_ok Whether the last reload was applied (1) or refused (0); 1 before any.\n# TYPE patchbay_config_reload_ok gauge\npatchbay_config_reload_ok {}",
+            u8::from(config.last_reload.as_ref().is_none_or(|r| r.ok))
+        );
         type Counter = (&'static str, &'static str, fn(&ComponentSnapshot) -> u64);
-        let counters: [Counter; 5] = [
+        let counters: [Counter; 6] = [
             (
                 "patchbay_received_total",
                 "Signals received by a component.",
@@ -306,6 +402,11 @@ impl Telemetry {
                 "patchbay_refused_total",
                 "Signals refused at ingest because the graph stayed full past the ingest timeout.",
                 |s| s.refused,
+            ),
+            (
+                "patchbay_panics_total",
+                "Panics caught in a component (it was restarted).",
+                |s| s.panics,
             ),
         ];
         for (metric, help, get) in counters {

@@ -104,6 +104,10 @@ impl Sidecar {
 }
 
 impl Output for Sidecar {
+    fn reports_started(&self) -> bool {
+        true
+    }
+
     fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(run(self.settings, cx))
     }
@@ -132,6 +136,7 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    cx.started();
     let local = listener.local_addr()?;
     cx.stats().describe_gauges(GAUGES);
     cx.stats().set_gauge("port", f64::from(local.port()));

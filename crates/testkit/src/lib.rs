@@ -28,6 +28,7 @@ pub mod llm_proxy_e2e;
 #[cfg(feature = "palyra-e2e")]
 pub mod palyra_e2e;
 pub mod prng;
+pub mod process;
 pub mod properties;
 pub mod random_input;
 pub mod scratch;

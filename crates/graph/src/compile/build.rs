@@ -3,6 +3,8 @@
 //! Building comes before inputs are resolved: a component that fails to build is not a
 //! node, and inputs naming it are not reported again.
 
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 use std::ops::Range;
 
 use toml::Spanned;
@@ -34,6 +36,8 @@ pub(super) struct Component {
     pub(super) inputs: Vec<Input>,
     /// Whether it is a two-way output, with an `.inbound` side.
     pub(super) inbound: bool,
+    /// What it was built from (see [`fingerprint`]).
+    pub(super) fingerprint: u64,
 }
 
 /// What the build phase made.
@@ -138,11 +142,56 @@ fn component(
         order,
         name: d.name.clone(),
         location: file.location(d.name_span.start),
+        fingerprint: fingerprint(file, d.section, table),
         type_name,
         kind,
         inputs,
         inbound,
     })
+}
+
+/// A hash of everything a component is built from except its `inputs`: its section, its
+/// table's values (after `${ENV}` substitution) and its file's path (relative paths
+/// resolve against it). A reload rebuilds a component whose fingerprint changed and only
+/// rewires one whose inputs alone did.
+fn fingerprint(file: &SourceText, section: Section, table: &DeTable<'_>) -> u64 {
+    let mut h = DefaultHasher::new();
+    (&file.path, section.noun()).hash(&mut h);
+    hash_table(table, &["inputs"], &mut h);
+    h.finish()
+}
+
+/// Hashes a table's entries in key order (key order does not change what a table
+/// means), leaving out the keys in `skip`.
+fn hash_table(t: &DeTable<'_>, skip: &[&str], h: &mut DefaultHasher) {
+    let mut entries: Vec<_> = t
+        .iter()
+        .filter(|(k, _)| !skip.contains(&k.get_ref().as_ref()))
+        .collect();
+    entries.sort_by(|a, b| a.0.get_ref().cmp(b.0.get_ref()));
+    (6u8, entries.len()).hash(h);
+    for (k, v) in entries {
+        k.get_ref().hash(h);
+        hash_value(v.get_ref(), h);
+    }
+}
+
+fn hash_value(v: &DeValue<'_>, h: &mut DefaultHasher) {
+    // A tag per variant, so that `"1"` and `1` differ.
+    match v {
+        DeValue::String(s) => (0u8, s.as_ref()).hash(h),
+        DeValue::Integer(i) => (1u8, i.radix(), i.as_str()).hash(h),
+        DeValue::Float(f) => (2u8, f.as_str()).hash(h),
+        DeValue::Boolean(b) => (3u8, b).hash(h),
+        DeValue::Datetime(d) => (4u8, d.to_string()).hash(h),
+        DeValue::Array(items) => {
+            (5u8, items.len()).hash(h);
+            for item in items.iter() {
+                hash_value(item.get_ref(), h);
+            }
+        }
+        DeValue::Table(t) => hash_table(t, &[], h),
+    }
 }
 
 /// The component's `type` and where it is written.

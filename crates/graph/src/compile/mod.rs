@@ -78,6 +78,9 @@ pub struct Node {
     pub inputs: Vec<Edge>,
     /// Where it is declared.
     pub location: Location,
+    /// A hash of its type and options (not its inputs): a reload keeps a running
+    /// component whose fingerprint is unchanged.
+    pub fingerprint: u64,
 }
 
 impl Node {

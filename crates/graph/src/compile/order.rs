@@ -27,6 +27,7 @@ pub(super) fn place(mut components: Vec<Component>) -> (Vec<Node>, Vec<Vec<Input
             },
             inputs: Vec::new(),
             location: c.location.clone(),
+            fingerprint: c.fingerprint,
         })
         .collect();
 
@@ -64,5 +65,6 @@ fn node(c: Component, inputs: &mut Vec<Vec<Input>>) -> Node {
         kind: c.kind,
         inputs: Vec::new(),
         location: c.location,
+        fingerprint: c.fingerprint,
     }
 }
