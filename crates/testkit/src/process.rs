@@ -11,12 +11,23 @@ use std::time::{Duration, Instant};
 pub struct Daemon(pub Child);
 
 impl Daemon {
-    /// Sends SIGTERM and waits for the exit status.
+    /// Sends SIGTERM and waits for the exit status; panics (after SIGKILL) when the
+    /// process has not ended a minute later, a guard against a hang.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")
             .args(["-TERM", &self.0.id().to_string()])
             .status();
-        self.0.wait().expect("the process ends")
+        let guard = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait") {
+                return status;
+            }
+            if guard.elapsed() > Duration::from_secs(60) {
+                let _ = self.0.kill();
+                panic!("the process did not end within a minute of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Sends `signal` (`HUP`, `TERM`, …).

@@ -159,7 +159,7 @@ pub async fn run_with(
                     }
                     running.on_events(&mut events);
                     if running.finished(stopping.is_some()) {
-                        running.deliver_pending().await;
+                        deliver_or_stop(&mut running, stop.as_mut(), &mut stopping).await;
                         break;
                     }
                 },
@@ -178,21 +178,46 @@ pub async fn run_with(
                     None => reloads = None,
                 },
                 () = &mut stop, if stopping.is_none() => {
-                    tracing::info!("shutting down: stopping sources, draining");
-                    stopping = Some(running.stop());
+                    stopping = Some(begin_stop(&mut running));
                     if running.finished(true) {
                         break;
                     }
                 }
                 () = deadline => break,
             }
-            match stopping {
-                Some(at) => {
-                    let _ = tokio::time::timeout_at(at, running.deliver_pending()).await;
-                }
-                None => running.deliver_pending().await,
+            deliver_or_stop(&mut running, stop.as_mut(), &mut stopping).await;
+            if stopping.is_some() && running.finished(true) {
+                break;
             }
         }
     }
     running.finish(stopping).await
+}
+
+fn begin_stop(running: &mut Running) -> tokio::time::Instant {
+    tracing::info!("shutting down: stopping sources, draining");
+    running.stop()
+}
+
+/// Hands what reached outputs to their queues. Before a stop, the wait for a full
+/// `block` queue gives way to a stop request (an output whose reader stopped reading
+/// must not keep the daemon from stopping); after it, it lasts until the deadline.
+async fn deliver_or_stop(
+    running: &mut Running,
+    mut stop: std::pin::Pin<&mut impl Future<Output = ()>>,
+    stopping: &mut Option<tokio::time::Instant>,
+) {
+    if stopping.is_none() {
+        let stopped = tokio::select! {
+            () = running.deliver_pending() => false,
+            () = stop.as_mut() => true,
+        };
+        if !stopped {
+            return;
+        }
+        *stopping = Some(begin_stop(running));
+    }
+    if let Some(at) = *stopping {
+        let _ = tokio::time::timeout_at(at, running.deliver_pending()).await;
+    }
 }

@@ -390,7 +390,17 @@ impl Running {
                     .flush_filter(o, now, &mut |n, s| pending.push((n, s)));
             }
         }
-        self.deliver_pending().await;
+        // Bounded: an output that stays full must not hold the reload (nor the stop
+        // request behind it) forever; what it could not take is counted as dropped.
+        if tokio::time::timeout(self.timeout, self.deliver_pending())
+            .await
+            .is_err()
+        {
+            tracing::warn!("reload: an output stayed full; what it could not take is dropped");
+            for (node, _) in self.pending.drain(..) {
+                ComponentStats::add(&self.stats[node].dropped, 1);
+            }
+        }
 
         // The new engine, with the kept filters' state. A component rebuilt under its
         // name and type goes on counting where the old one stopped.

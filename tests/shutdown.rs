@@ -1,0 +1,55 @@
+//! SIGTERM always completes: whatever an output's reader or a peer is doing, the daemon
+//! exits within its drain timeout.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use patchbay_testkit::process::{Daemon, wait_until};
+use patchbay_testkit::scratch::ScratchDir;
+
+#[test]
+fn sigterm_completes_with_a_stdout_nobody_reads() {
+    let dir = ScratchDir::new("shutdown-stdout");
+    let config = dir.join("p.toml");
+    std::fs::write(
+        &config,
+        "[sources.in]\ntype = \"stdin\"\n\n[outputs.out]\ntype = \"stdout\"\ninputs = [\"in\"]\n\n[runtime]\nshutdown_timeout_ms = 300\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .arg("run")
+        .arg(&config)
+        .env("PATCHBAY_LOG", "warn")
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped()) // never read
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runs");
+    let mut stdin = child.stdin.take().unwrap();
+    let _stdout = child.stdout.take().unwrap();
+    let daemon = Daemon(child);
+    // Far more than the stdout pipe, the output's queue and the graph's queue hold: the
+    // writer blocks once the daemon is stalled on its stdout.
+    let written = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&written);
+    std::thread::spawn(move || {
+        let line = format!(
+            "{{\"type\":\"x\",\"payload\":{{\"pad\":\"{}\"}}}}\n",
+            "y".repeat(100)
+        );
+        for _ in 0..100_000 {
+            if stdin.write_all(line.as_bytes()).is_err() {
+                return;
+            }
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    wait_until("the daemon took a few thousand lines", || {
+        (written.load(Ordering::SeqCst) >= 3_000).then_some(())
+    });
+    let status = daemon.terminate();
+    assert!(status.code().is_some(), "ended by a signal: {status}");
+}
