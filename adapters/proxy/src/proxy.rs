@@ -11,11 +11,11 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt as _;
 use futures_util::StreamExt;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::{Payload, TaskDispatch};
 use patchbay_signal::{next_id, truncate};
+use patchbay_transport::listen::Listener;
 use serde_json::json;
 use tokio::net::TcpListener;
 
@@ -92,20 +92,17 @@ pub fn router(state: Arc<ProxyState>) -> Router {
     Router::new().fallback(forward).with_state(state)
 }
 
-/// Serves the proxy on `listener` until the future is dropped.
-pub async fn serve(listener: TcpListener, state: Arc<ProxyState>) -> std::io::Result<()> {
-    // Stream chunks go out as they come: with Nagle's algorithm a small chunk after another
-    // waits for the client's delayed ACK (up to 40 ms).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    });
-    axum::serve(
-        listener,
-        router(state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await
+/// Serves the proxy on `listener` until the future is dropped, through the hardened
+/// listener of `door` (header and idle timeouts, connection cap, `Host` and `Origin`
+/// checked: the SDKs send `Host: 127.0.0.1:PORT` or `localhost:PORT` and no `Origin`).
+pub async fn serve(listener: TcpListener, state: Arc<ProxyState>, door: Listener) {
+    patchbay_transport::listen::serve(listener, router(state), door, std::future::pending()).await
+}
+
+/// How the proxy answers a request refused at the door: an API-style error, which the
+/// SDKs show as it is.
+pub fn refusal(status: StatusCode, message: &'static str) -> Response {
+    json_error(status, "forbidden", message)
 }
 
 fn json_error(status: StatusCode, kind: &str, message: &str) -> Response {

@@ -43,5 +43,6 @@ pub use redact::{RedactedUrl, SECRET_QUERY_KEYS};
 pub use tls::TlsError;
 pub use ws::{
     DEFAULT_MAX_MESSAGE, MAX_MESSAGE_LIMIT, WsConnectError, WsStream, close_reason,
-    connect_websocket, connect_websocket_bounded, describe as describe_ws_error,
+    connect_websocket, connect_websocket_bounded, connect_websocket_with_response,
+    describe as describe_ws_error,
 };

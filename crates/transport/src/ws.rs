@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
+use tokio_tungstenite::tungstenite::http::{HeaderMap, HeaderName, HeaderValue};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Error as WsError};
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
@@ -76,6 +76,16 @@ pub async fn connect_websocket(
     connect_websocket_bounded(url, headers, tls, DEFAULT_MAX_MESSAGE).await
 }
 
+/// [`connect_websocket`] that also returns the headers of the server's upgrade response
+/// (a sidecar names its epoch there).
+pub async fn connect_websocket_with_response(
+    url: &str,
+    headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<(WsStream, HeaderMap), WsConnectError> {
+    open(url, headers, tls, DEFAULT_MAX_MESSAGE).await
+}
+
 /// [`connect_websocket`] accepting messages of at most `max_message` bytes: a larger one
 /// ends the stream with an error ([`describe`] says `message larger than max_frame`)
 /// instead of being buffered.
@@ -85,6 +95,15 @@ pub async fn connect_websocket_bounded(
     tls: Option<&Arc<rustls::ClientConfig>>,
     max_message: usize,
 ) -> Result<WsStream, WsConnectError> {
+    open(url, headers, tls, max_message).await.map(|(ws, _)| ws)
+}
+
+async fn open(
+    url: &str,
+    headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    max_message: usize,
+) -> Result<(WsStream, HeaderMap), WsConnectError> {
     let shown = RedactedUrl(url).to_string();
     let failed = |reason: String| WsConnectError::Failed {
         url: shown.clone(),
@@ -128,7 +147,7 @@ pub async fn connect_websocket_bounded(
     )
     .await
     {
-        Ok((ws, _response)) => Ok(ws),
+        Ok((ws, response)) => Ok((ws, response.into_parts().0.headers)),
         Err(WsError::Http(response)) if matches!(response.status().as_u16(), 401 | 403) => {
             Err(WsConnectError::Unauthorized {
                 url: shown.clone(),
