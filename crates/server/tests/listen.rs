@@ -160,7 +160,9 @@ async fn idle_keep_alive_connections_close_but_streams_do_not() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     let r = post(addr, &json!({"type": "after.idle"})).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let frame = recv(&mut ws_client).await.expect("the WebSocket is still open");
+    let frame = recv(&mut ws_client)
+        .await
+        .expect("the WebSocket is still open");
     assert_eq!(frame["type"], "after.idle");
     let event = sse.next().await.expect("the SSE stream is still open");
     assert_eq!(event.data["type"], "after.idle");
@@ -185,7 +187,9 @@ async fn connections_beyond_the_cap_are_refused_and_counted() {
     guard("the third connection is served", held[2].read(&mut buf))
         .await
         .expect("read");
-    let mut fourth = TcpStream::connect(addr).await.expect("the TCP connect itself works");
+    let mut fourth = TcpStream::connect(addr)
+        .await
+        .expect("the TCP connect itself works");
     let _ = fourth
         .write_all(format!("GET /health HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
         .await;
@@ -220,7 +224,14 @@ async fn host_and_origin_are_checked_on_every_endpoint() {
     let server = start("ui_host", &["ui_host.inbound"], "", "").await;
     let addr = server.addr;
     let port = addr.port();
-    let endpoints = ["/health", "/metrics", "/", "/events", "/status/stream", "/ws"];
+    let endpoints = [
+        "/health",
+        "/metrics",
+        "/",
+        "/events",
+        "/status/stream",
+        "/ws",
+    ];
     // DNS rebinding: a name that resolved to 127.0.0.1 for a page on another site.
     for path in endpoints {
         let r = get_as(addr, path, &format!("rebind.example:{port}"), "").await;
@@ -246,9 +257,7 @@ async fn host_and_origin_are_checked_on_every_endpoint() {
         assert_eq!(status(&r), 403, "{path}: {r}");
     }
     assert_eq!(
-        refused_status(
-            ws_connect(&server.ws_url(""), &[("Origin", "https://evil.example")]).await
-        ),
+        refused_status(ws_connect(&server.ws_url(""), &[("Origin", "https://evil.example")]).await),
         403
     );
     // Loopback names with any port, and non-browser clients, are served.
@@ -364,7 +373,8 @@ async fn health_detail_needs_the_token() {
     assert_eq!(r.status, 200);
     let bare = r.json();
     assert_eq!(
-        bare.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
+        bare.as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>()),
         Some(vec!["status".to_owned()]),
         "only the overall status: {bare}"
     );
@@ -383,7 +393,11 @@ async fn health_detail_needs_the_token() {
     let r = http(addr, "GET", "/health?token=s3cret", &[], b"").await;
     assert!(r.json()["components"].is_array());
     for path in ["/", "/status/stream"] {
-        assert_eq!(http(addr, "GET", path, &[], b"").await.status, 401, "{path}");
+        assert_eq!(
+            http(addr, "GET", path, &[], b"").await.status,
+            401,
+            "{path}"
+        );
     }
     server.stop().await;
 }
