@@ -11,12 +11,11 @@ use patchbay_graph::{
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::{Payload, TaskDispatch};
 use patchbay_signal::{SharedSignal, next_id, truncate};
-use patchbay_transport::listen::{Access, Limits, Listener, Origins};
 use tokio::net::TcpListener;
 
 use crate::api::Api;
 use crate::config::{LlmConfig, PromptConfig, ProxyConfig};
-use crate::proxy::{DESCRIPTION_MAX, ProxyState, http_client, poll_models, refusal, serve};
+use crate::proxy::{DESCRIPTION_MAX, ProxyState, door, http_client, poll_models, serve_with};
 use crate::tap::{Emitter, Tap};
 
 /// The longest a health poll waits for `/v1/models`.
@@ -89,18 +88,10 @@ impl Source for ProxySource {
                 emitter,
             ));
             tracing::info!(listen = %listen, upstream = config.upstream, "{} proxy listening", api.type_name());
-            // The proxy listens on loopback only (its config refuses anything else), so it
-            // answers to loopback host names, and to no browser page but a local one.
-            let door = Listener {
-                name: cx.name().to_owned(),
-                limits: Limits::default(),
-                access: Access::new(listen, None, Origins::Local),
-                stats: Arc::clone(cx.stats()),
-                refusal,
-            };
+            let door = door(cx.name(), listen, Arc::clone(cx.stats()));
             let health = health_loop(api, &config, client, &cx);
             let result = tokio::select! {
-                () = serve(listener, state, door) => Ok(()),
+                () = serve_with(listener, state, door) => Ok(()),
                 () = health => Ok(()),
                 () = cx.shutdown().wait() => Ok(()),
             };

@@ -12,10 +12,11 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use patchbay_graph::ComponentStats;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::{Payload, TaskDispatch};
 use patchbay_signal::{next_id, truncate};
-use patchbay_transport::listen::Listener;
+use patchbay_transport::listen::{Access, Limits, Listener, Origins};
 use serde_json::json;
 use tokio::net::TcpListener;
 
@@ -92,11 +93,38 @@ pub fn router(state: Arc<ProxyState>) -> Router {
     Router::new().fallback(forward).with_state(state)
 }
 
+/// Serves the proxy on `listener` until the future is dropped, with the listeners'
+/// default bounds (refusals are counted in stats of their own; the component counts them
+/// in its own with [`serve_with`]).
+pub async fn serve(listener: TcpListener, state: Arc<ProxyState>) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let stats = Arc::new(patchbay_graph::ComponentStats::new(
+        "proxy",
+        "proxy",
+        patchbay_graph::telemetry::Role::Source,
+    ));
+    serve_with(listener, state, door("proxy", local, stats)).await;
+    Ok(())
+}
+
 /// Serves the proxy on `listener` until the future is dropped, through the hardened
 /// listener of `door` (header and idle timeouts, connection cap, `Host` and `Origin`
 /// checked: the SDKs send `Host: 127.0.0.1:PORT` or `localhost:PORT` and no `Origin`).
-pub async fn serve(listener: TcpListener, state: Arc<ProxyState>, door: Listener) {
+pub(crate) async fn serve_with(listener: TcpListener, state: Arc<ProxyState>, door: Listener) {
     patchbay_transport::listen::serve(listener, router(state), door, std::future::pending()).await
+}
+
+/// The door of a proxy listening on `local`: it listens on loopback only (its config
+/// refuses anything else), so it answers to loopback host names, and to no browser page
+/// but a local one; the listeners' default bounds.
+pub(crate) fn door(name: &str, local: SocketAddr, stats: Arc<ComponentStats>) -> Listener {
+    Listener {
+        name: name.to_owned(),
+        limits: Limits::default(),
+        access: Access::new(local, None, Origins::Local),
+        stats,
+        refusal,
+    }
 }
 
 /// How the proxy answers a request refused at the door: an API-style error, which the

@@ -599,10 +599,7 @@ enum Violation {
 fn violation(e: axum::Error) -> Option<Violation> {
     use tokio_tungstenite::tungstenite::Error as WsError;
     let inner = e.into_inner();
-    let Some(ws) = inner.downcast_ref::<WsError>() else {
-        return None;
-    };
-    match ws {
+    match inner.downcast_ref::<WsError>()? {
         WsError::Capacity(_) => Some(Violation::TooLong),
         WsError::Protocol(p) => Some(Violation::Other(format!("bad frame: {p}"))),
         WsError::Utf8(_) => Some(Violation::Other("text message that is not UTF-8".into())),
