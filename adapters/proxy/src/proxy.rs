@@ -95,7 +95,7 @@ pub fn router(state: Arc<ProxyState>) -> Router {
 
 /// Serves the proxy on `listener` until the future is dropped, with the listeners'
 /// default bounds (refusals are counted in stats of their own; the component counts them
-/// in its own with [`serve_with`]).
+/// in its own through the hardened listener it builds).
 pub async fn serve(listener: TcpListener, state: Arc<ProxyState>) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let stats = Arc::new(patchbay_graph::ComponentStats::new(
