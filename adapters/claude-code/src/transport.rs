@@ -21,6 +21,7 @@ use patchbay_server::{Secret, parse_listen};
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::AgentState;
 use patchbay_signal::{Signal, control, object};
+use patchbay_transport::listen::{self, Access, Limits, Listener, Origins};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -54,10 +55,39 @@ pub struct ClaudeCodeConfig {
     /// 8 MiB.
     #[serde(default = "default_max_body")]
     pub max_body: usize,
+    /// Host names the endpoint answers to besides `localhost`, `127.0.0.1` and `[::1]`
+    /// (any port); `["*"]` for any. Absent: a loopback `listen` answers only to the
+    /// loopback names (the hooks post to `http://127.0.0.1:PORT/hook`), any other `listen`
+    /// to any host. A request naming another host gets 403; one with an `Origin` (a web
+    /// page) always does.
+    #[serde(default)]
+    pub allowed_hosts: Option<Vec<String>>,
+    /// How long a client may take to send a request's head, in ms (from the connection's
+    /// start, then from the first byte of each next request); past it the connection is
+    /// closed. From 1 to 86400000 (one day). Default 10000.
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// How long a keep-alive connection may wait for its next request, in ms, before it is
+    /// closed (a call held by the gate is not idle). From 1 to 86400000. Default 60000.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// How many connections may be open at once; beyond it a new one gets 503 and is
+    /// closed at once, counted as `too_many_connections`. From 1 to 1000000. Default 1024.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
 }
 
 fn default_listen() -> String {
     DEFAULT_LISTEN.into()
+}
+fn default_header_timeout_ms() -> u64 {
+    listen::DEFAULT_HEADER_TIMEOUT_MS
+}
+fn default_idle_timeout_ms() -> u64 {
+    listen::DEFAULT_IDLE_TIMEOUT_MS
+}
+fn default_max_connections() -> usize {
+    listen::DEFAULT_MAX_CONNECTIONS
 }
 fn default_max_body() -> usize {
     8 << 20
@@ -74,6 +104,10 @@ pub struct Settings {
     pub gate: Option<GateConfig>,
     /// Largest body.
     pub max_body: usize,
+    /// Host names answered besides the loopback ones.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Header and idle timeouts, connection cap.
+    pub limits: Limits,
 }
 
 impl Settings {
@@ -116,11 +150,29 @@ impl Settings {
         if config.max_body == 0 {
             return Err(("max_body", "must be at least 1 byte".into()));
         }
+        if let Some(hosts) = &config.allowed_hosts {
+            listen::check_hosts(hosts).map_err(|(_, message)| ("allowed_hosts", message))?;
+        }
+        for (key, value) in [
+            ("header_timeout_ms", config.header_timeout_ms),
+            ("idle_timeout_ms", config.idle_timeout_ms),
+            ("max_connections", config.max_connections as u64),
+        ] {
+            if value == 0 {
+                return Err((key, "must be at least 1".into()));
+            }
+        }
         Ok(Settings {
             listen,
             token: config.token,
             gate: config.gate,
             max_body: config.max_body,
+            allowed_hosts: config.allowed_hosts,
+            limits: Limits {
+                header_timeout: Duration::from_millis(config.header_timeout_ms),
+                idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+                max_connections: config.max_connections,
+            },
         })
     }
 
@@ -139,6 +191,12 @@ impl Settings {
 
 fn parse_options(options: &Options<'_>) -> Result<Settings, Diagnostic> {
     let config: ClaudeCodeConfig = options.parse()?;
+    Limits::from_options(
+        options,
+        config.header_timeout_ms,
+        config.idle_timeout_ms,
+        config.max_connections,
+    )?;
     Settings::check(config).map_err(|(key, msg)| options.error_at(key, msg))
 }
 
@@ -258,14 +316,18 @@ async fn serve(
         .route(HEALTH_PATH, get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(settings.max_body))
         .with_state(Arc::clone(&shared));
+    // Claude Code sends no Origin; a browser does: a web page must not post hooks.
+    let door = Listener {
+        name: format!("claude_code {local}"),
+        limits: settings.limits,
+        access: Access::new(local, settings.allowed_hosts.clone(), Origins::None),
+        stats: Arc::clone(&shared.stats),
+        refusal: listen::text_refusal,
+    };
     let (stop_tx, mut stop_rx) = watch::channel(false);
-    let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
+    let mut server = tokio::spawn(listen::serve(listener, app, door, async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    }));
     let url = format!("http://{local}{HOOK_PATH}");
     tracing::info!(url = %url, "claude_code: hook endpoint listening");
     ends.set_state(HealthState::Ok, Some(format!("hooks: {url}")));
@@ -290,8 +352,7 @@ async fn serve(
             },
             ended = &mut server => {
                 break Err(match ended {
-                    Ok(Err(e)) => format!("server stopped: {e}").into(),
-                    Ok(Ok(())) => "server stopped".into(),
+                    Ok(()) => "server stopped".into(),
                     Err(e) => format!("server task failed: {e}").into(),
                 });
             }
@@ -360,10 +421,7 @@ async fn hook_handler(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    // Claude Code sends no Origin; a browser does: a web page must not post hooks.
-    if headers.contains_key(header::ORIGIN) {
-        return refuse(StatusCode::FORBIDDEN, "origin not allowed");
-    }
+    // `Host` and `Origin` were checked at the door (`listen::serve`).
     if let Some(secret) = &shared.token {
         let bearer = headers
             .get(header::AUTHORIZATION)
@@ -371,6 +429,7 @@ async fn hook_handler(
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
         if !bearer.is_some_and(|g| secret.matches(g)) {
+            shared.stats.http_refused("unauthorized");
             return refuse(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
         }
     }

@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::api::Api;
 use crate::config::{LlmConfig, PromptConfig, ProxyConfig};
-use crate::proxy::{DESCRIPTION_MAX, ProxyState, http_client, poll_models, serve};
+use crate::proxy::{DESCRIPTION_MAX, ProxyState, door, http_client, poll_models, serve_with};
 use crate::tap::{Emitter, Tap};
 
 /// The longest a health poll waits for `/v1/models`.
@@ -88,9 +88,10 @@ impl Source for ProxySource {
                 emitter,
             ));
             tracing::info!(listen = %listen, upstream = config.upstream, "{} proxy listening", api.type_name());
+            let door = door(cx.name(), listen, Arc::clone(cx.stats()));
             let health = health_loop(api, &config, client, &cx);
             let result = tokio::select! {
-                r = serve(listener, state) => r.map_err(ComponentError::from),
+                () = serve_with(listener, state, door) => Ok(()),
                 () = health => Ok(()),
                 () = cx.shutdown().wait() => Ok(()),
             };

@@ -11,11 +11,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt as _;
 use futures_util::StreamExt;
+use patchbay_graph::ComponentStats;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::{Payload, TaskDispatch};
 use patchbay_signal::{next_id, truncate};
+use patchbay_transport::listen::{Access, Limits, Listener, Origins};
 use serde_json::json;
 use tokio::net::TcpListener;
 
@@ -92,20 +93,44 @@ pub fn router(state: Arc<ProxyState>) -> Router {
     Router::new().fallback(forward).with_state(state)
 }
 
-/// Serves the proxy on `listener` until the future is dropped.
+/// Serves the proxy on `listener` until the future is dropped, with the listeners'
+/// default bounds (refusals are counted in stats of their own; the component counts them
+/// in its own through the hardened listener it builds).
 pub async fn serve(listener: TcpListener, state: Arc<ProxyState>) -> std::io::Result<()> {
-    // Stream chunks go out as they come: with Nagle's algorithm a small chunk after another
-    // waits for the client's delayed ACK (up to 40 ms).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    });
-    axum::serve(
-        listener,
-        router(state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await
+    let local = listener.local_addr()?;
+    let stats = Arc::new(patchbay_graph::ComponentStats::new(
+        "proxy",
+        "proxy",
+        patchbay_graph::telemetry::Role::Source,
+    ));
+    serve_with(listener, state, door("proxy", local, stats)).await;
+    Ok(())
+}
+
+/// Serves the proxy on `listener` until the future is dropped, through the hardened
+/// listener of `door` (header and idle timeouts, connection cap, `Host` and `Origin`
+/// checked: the SDKs send `Host: 127.0.0.1:PORT` or `localhost:PORT` and no `Origin`).
+pub(crate) async fn serve_with(listener: TcpListener, state: Arc<ProxyState>, door: Listener) {
+    patchbay_transport::listen::serve(listener, router(state), door, std::future::pending()).await
+}
+
+/// The door of a proxy listening on `local`: it listens on loopback only (its config
+/// refuses anything else), so it answers to loopback host names, and to no browser page
+/// but a local one; the listeners' default bounds.
+pub(crate) fn door(name: &str, local: SocketAddr, stats: Arc<ComponentStats>) -> Listener {
+    Listener {
+        name: name.to_owned(),
+        limits: Limits::default(),
+        access: Access::new(local, None, Origins::Local),
+        stats,
+        refusal,
+    }
+}
+
+/// How the proxy answers a request refused at the door: an API-style error, which the
+/// SDKs show as it is.
+pub fn refusal(status: StatusCode, message: &'static str) -> Response {
+    json_error(status, "forbidden", message)
 }
 
 fn json_error(status: StatusCode, kind: &str, message: &str) -> Response {

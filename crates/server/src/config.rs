@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use patchbay_graph::config::{MAX_DURATION_MS, MAX_QUEUE};
 use patchbay_graph::{Diagnostic, Options};
+use patchbay_transport::listen::{self, Limits, Origins};
 use serde::Deserialize;
 
 /// The address a sidecar listens on when the config names none.
@@ -27,14 +28,24 @@ pub struct SidecarConfig {
     /// From 1 to 1000000.
     #[serde(default = "default_client_queue")]
     pub client_queue: usize,
-    /// Bearer token every endpoint but `/health` requires, if set.
+    /// Bearer token every endpoint requires, if set (`Authorization: Bearer …`, or
+    /// `?token=` where a browser cannot set headers); `/health` answers without it, but
+    /// then only with the overall status.
     #[serde(default)]
     pub token: Option<Secret>,
-    /// Origins allowed to open a WebSocket or POST. Absent: requests without `Origin`,
-    /// and http(s) origins on localhost, 127.0.0.1 and `[::1]` (any port). Entries are exact
-    /// origins (`https://app.example`), may end in `:*` for any port, or be `*` for any.
+    /// Origins allowed on every endpoint (a browser sends `Origin`; a request from
+    /// another origin is refused with 403). Absent: requests without `Origin`, and http(s)
+    /// origins on localhost, 127.0.0.1 and `[::1]` (any port). Entries are exact origins
+    /// (`https://app.example`), may end in `:*` for any port, or be `*` for any. A page the
+    /// sidecar serves itself is always allowed.
     #[serde(default)]
     pub allowed_origins: Option<Vec<String>>,
+    /// Host names the sidecar answers to besides `localhost`, `127.0.0.1` and `[::1]`
+    /// (any port), e.g. `["box.lan"]`; `["*"]` for any. Absent: a loopback `listen` answers
+    /// only to the loopback names (a web page cannot reach it through DNS rebinding), any
+    /// other `listen` to any host. A request naming another host gets 403.
+    #[serde(default)]
+    pub allowed_hosts: Option<Vec<String>>,
     /// Largest WebSocket message or POST body accepted, in bytes (at most 67108864, 64 MiB).
     #[serde(default = "default_max_frame")]
     pub max_frame: usize,
@@ -44,6 +55,22 @@ pub struct SidecarConfig {
     /// 86400000 (one day).
     #[serde(default = "default_ingest_timeout_ms")]
     pub ingest_timeout_ms: u64,
+    /// How long a client may take to send a request's head (request line and headers),
+    /// in ms, counted from the connection's start for its first request and from the
+    /// first byte of each next one; past it the connection is closed (a slowloris client
+    /// holds nothing for long). From 1 to 86400000 (one day).
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// How long a keep-alive connection may wait for its next request, in ms, before it
+    /// is closed. WebSocket and SSE streams are never idle: this does not cut them. From
+    /// 1 to 86400000 (one day).
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// How many connections (WebSocket and SSE clients included) may be open at once;
+    /// beyond it a new one gets 503 and is closed at once, counted as
+    /// `too_many_connections`. From 1 to 1000000.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
 }
 
 /// The largest `max_frame`: 64 MiB.
@@ -64,6 +91,15 @@ fn default_max_frame() -> usize {
 fn default_ingest_timeout_ms() -> u64 {
     5000
 }
+fn default_header_timeout_ms() -> u64 {
+    listen::DEFAULT_HEADER_TIMEOUT_MS
+}
+fn default_idle_timeout_ms() -> u64 {
+    listen::DEFAULT_IDLE_TIMEOUT_MS
+}
+fn default_max_connections() -> usize {
+    listen::DEFAULT_MAX_CONNECTIONS
+}
 
 impl Default for SidecarConfig {
     fn default() -> Self {
@@ -75,6 +111,10 @@ impl Default for SidecarConfig {
             allowed_origins: None,
             max_frame: default_max_frame(),
             ingest_timeout_ms: default_ingest_timeout_ms(),
+            allowed_hosts: None,
+            header_timeout_ms: default_header_timeout_ms(),
+            idle_timeout_ms: default_idle_timeout_ms(),
+            max_connections: default_max_connections(),
         }
     }
 }
@@ -94,6 +134,10 @@ pub struct Settings {
     pub token: Option<Secret>,
     /// The origin allow-list; `None` is the localhost default.
     pub allowed_origins: Option<Vec<String>>,
+    /// Host names answered besides the loopback ones; `None`: the default for `listen`.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Header and idle timeouts, connection cap.
+    pub limits: Limits,
     /// Largest frame or body, in bytes.
     pub max_frame: usize,
     /// How long ingest waits for room in a full graph before refusing.
@@ -131,6 +175,12 @@ impl Settings {
             config.ingest_timeout_ms,
             0..=MAX_DURATION_MS,
         )?;
+        Limits::from_options(
+            options,
+            config.header_timeout_ms,
+            config.idle_timeout_ms,
+            config.max_connections,
+        )?;
         Settings::check(config).map_err(|e| options.error_at(e.key, e.message))
     }
 
@@ -166,15 +216,28 @@ impl Settings {
             return Err(BadSetting::new("max_frame", "must be at least 1 byte"));
         }
         if let Some(origins) = &config.allowed_origins {
-            for (i, o) in origins.iter().enumerate() {
-                if o != "*" && parse_origin(o.strip_suffix(":*").unwrap_or(o)).is_none() {
-                    return Err(BadSetting::new(
-                        ORIGIN_KEYS.get(i).copied().unwrap_or("allowed_origins"),
-                        format!(
-                            "`{o}` is not an origin (`http://host[:port]`, `https://host:*` or `*`)"
-                        ),
-                    ));
-                }
+            Origins::check_list(origins).map_err(|(i, message)| {
+                BadSetting::new(
+                    ORIGIN_KEYS.get(i).copied().unwrap_or("allowed_origins"),
+                    message,
+                )
+            })?;
+        }
+        if let Some(hosts) = &config.allowed_hosts {
+            listen::check_hosts(hosts).map_err(|(i, message)| {
+                BadSetting::new(
+                    HOST_KEYS.get(i).copied().unwrap_or("allowed_hosts"),
+                    message,
+                )
+            })?;
+        }
+        for (key, value) in [
+            ("header_timeout_ms", config.header_timeout_ms),
+            ("idle_timeout_ms", config.idle_timeout_ms),
+            ("max_connections", config.max_connections as u64),
+        ] {
+            if value == 0 {
+                return Err(BadSetting::new(key, "must be at least 1"));
             }
         }
         Ok(Settings {
@@ -183,40 +246,28 @@ impl Settings {
             client_queue: config.client_queue,
             token: config.token,
             allowed_origins: config.allowed_origins,
+            allowed_hosts: config.allowed_hosts,
             max_frame: config.max_frame,
             ingest_timeout: std::time::Duration::from_millis(config.ingest_timeout_ms),
+            limits: Limits {
+                header_timeout: std::time::Duration::from_millis(config.header_timeout_ms),
+                idle_timeout: std::time::Duration::from_millis(config.idle_timeout_ms),
+                max_connections: config.max_connections,
+            },
         })
+    }
+
+    /// The origin rules.
+    pub fn origins(&self) -> Origins {
+        match &self.allowed_origins {
+            None => Origins::Local,
+            Some(list) => Origins::List(list.clone()),
+        }
     }
 
     /// Whether a request with this `Origin` header (or none) may connect.
     pub fn origin_allowed(&self, origin: Option<&str>) -> bool {
-        let Some(origin) = origin else {
-            // Non-browser clients send no Origin; browsers always do on cross-site requests.
-            return true;
-        };
-        let origin = origin.trim();
-        match &self.allowed_origins {
-            None => parse_origin(origin).is_some_and(|(_, host, _)| {
-                matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]")
-            }),
-            Some(list) => {
-                let Some((scheme, host, port)) = parse_origin(origin) else {
-                    return list.iter().any(|o| o == "*");
-                };
-                list.iter().any(|allowed| {
-                    if allowed == "*" {
-                        return true;
-                    }
-                    let (pattern, any_port) = match allowed.strip_suffix(":*") {
-                        Some(p) => (p, true),
-                        None => (allowed.as_str(), false),
-                    };
-                    parse_origin(pattern).is_some_and(|(s, h, p)| {
-                        s == scheme && h == host && (any_port || p == port)
-                    })
-                })
-            }
-        }
+        self.origins().allows(origin)
     }
 }
 
@@ -232,6 +283,18 @@ const ORIGIN_KEYS: [&str; 8] = [
     "allowed_origins.7",
 ];
 
+/// Dotted keys for the first entries of `allowed_hosts`.
+const HOST_KEYS: [&str; 8] = [
+    "allowed_hosts.0",
+    "allowed_hosts.1",
+    "allowed_hosts.2",
+    "allowed_hosts.3",
+    "allowed_hosts.4",
+    "allowed_hosts.5",
+    "allowed_hosts.6",
+    "allowed_hosts.7",
+];
+
 /// Parses a `listen` option: `IP:PORT`, or `localhost:PORT` for `127.0.0.1:PORT` (no
 /// name lookup). Other listening components use it so that `listen` reads the same
 /// everywhere.
@@ -243,43 +306,6 @@ pub fn parse_listen(text: &str) -> Option<SocketAddr> {
     // `localhost` is resolved here without I/O: it is loopback by definition.
     let port = text.strip_prefix("localhost:")?.parse::<u16>().ok()?;
     Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port))
-}
-
-/// Splits an origin `scheme://host[:port]` into lowercase scheme, host and port (the
-/// scheme's default when absent). `None` when it is not an http(s) origin.
-fn parse_origin(origin: &str) -> Option<(String, String, u16)> {
-    let lower = origin.to_ascii_lowercase();
-    let (scheme, rest) = lower.split_once("://")?;
-    let default_port = match scheme {
-        "http" => 80,
-        "https" => 443,
-        _ => return None,
-    };
-    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
-        return None;
-    }
-    // An IPv6 host is bracketed; its colons are not the port separator.
-    let (host, port) = if let Some(end) = rest.find(']') {
-        let (host, tail) = rest.split_at(end + 1);
-        match tail.strip_prefix(':') {
-            Some(p) => (host, Some(p)),
-            None if tail.is_empty() => (host, None),
-            None => return None,
-        }
-    } else {
-        match rest.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (rest, None),
-        }
-    };
-    if host.is_empty() {
-        return None;
-    }
-    let port = match port {
-        Some(p) => p.parse::<u16>().ok()?,
-        None => default_port,
-    };
-    Some((scheme.to_owned(), host.to_owned(), port))
 }
 
 #[cfg(test)]
@@ -301,6 +327,34 @@ mod tests {
             (10_000, 1024, 1 << 20)
         );
         assert!(s.token.is_none());
+        assert_eq!(s.limits, Limits::default());
+        assert_eq!(s.limits.max_connections, 1024);
+    }
+
+    #[test]
+    fn listener_bounds_are_range_checked_at_their_key() {
+        for (text, col) in [
+            ("header_timeout_ms = 0", 21),
+            ("idle_timeout_ms = 86400001", 19),
+            ("max_connections = 0", 19),
+        ] {
+            let err = Options::parse_snippet_with(&format!("ring = 1\n{text}"), |o| {
+                Settings::from_options(o)
+            })
+            .unwrap_err();
+            assert_eq!((err.line, err.col), (2, col), "{text}: {err}");
+        }
+        let s = settings("header_timeout_ms = 500\nidle_timeout_ms = 700\nmax_connections = 3")
+            .unwrap();
+        assert_eq!(s.limits.header_timeout.as_millis(), 500);
+        assert_eq!(s.limits.idle_timeout.as_millis(), 700);
+        assert_eq!(s.limits.max_connections, 3);
+        assert_eq!(
+            settings("allowed_hosts = [\"box.lan\", \"http://x\"]")
+                .unwrap_err()
+                .key,
+            "allowed_hosts.1"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -11,7 +12,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -58,6 +59,12 @@ pub(crate) struct AppState {
     pub telemetry: Arc<Telemetry>,
     pub stats: Arc<ComponentStats>,
     pub local: SocketAddr,
+    /// This run's epoch: `seq` numbers belong to it.
+    pub epoch: String,
+    /// The last seq handed to the hub.
+    pub published: Arc<AtomicU64>,
+    /// WebSocket protocol violations by clients (`patchbay_ws_protocol_errors_total`).
+    pub ws_violations: Arc<AtomicU64>,
 }
 
 type Shared = Arc<AppState>;
@@ -65,6 +72,27 @@ type Shared = Arc<AppState>;
 impl AppState {
     fn source_name(&self) -> String {
         format!("sidecar:{}", self.name)
+    }
+
+    /// Where a client resuming with `since` (and the `epoch` it saw, if it says) starts:
+    /// a `since` of another epoch, or beyond the last seq published (a sidecar that
+    /// restarted, for a client that cannot name the epoch), means the whole ring.
+    fn resume_point(&self, since: Option<u64>, epoch: Option<&str>) -> Option<u64> {
+        let since = since?;
+        let other_epoch = epoch.is_some_and(|e| e.trim() != self.epoch);
+        let beyond = epoch.is_none() && since > self.published.load(Ordering::Acquire);
+        Some(if other_epoch || beyond { 0 } else { since })
+    }
+
+    /// The `X-Patchbay-Epoch` header value.
+    fn epoch_header(&self) -> HeaderValue {
+        HeaderValue::from_str(&self.epoch).unwrap_or(HeaderValue::from_static("0"))
+    }
+
+    /// Logs and counts a WebSocket protocol violation by the client at `peer`.
+    fn ws_violation(&self, peer: SocketAddr, what: &str) {
+        self.ws_violations.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(sidecar = %self.name, client = %peer, "WebSocket protocol violation: {what}");
     }
 
     /// Counts unusable input on the inbound side (where it would have entered the graph).
@@ -146,6 +174,11 @@ async fn cors(
     response
 }
 
+/// How the sidecar answers a request refused at the door (a foreign `Host` or `Origin`).
+pub(crate) fn refusal(status: StatusCode, message: &'static str) -> Response {
+    error(status, message)
+}
+
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (
         status,
@@ -191,6 +224,7 @@ pub(crate) struct StreamQuery {
     types: Option<String>,
     format: Option<String>,
     token: Option<String>,
+    epoch: Option<String>,
 }
 
 struct StreamParams {
@@ -236,62 +270,40 @@ fn query_or_error(q: Result<Query<StreamQuery>, QueryRejection>) -> Result<Strea
     })
 }
 
-/// Checks the `Origin` (when `check_origin`) and the bearer token (when one is set); a
-/// refusal is counted by its reason (`patchbay_http_refused_total`).
+/// Checks the bearer token (when one is set); a refusal is counted by its reason
+/// (`patchbay_http_refused_total`). `Host` and `Origin` were checked at the door, for
+/// every endpoint (`patchbay_transport::listen`).
 fn authorize(
     state: &AppState,
     headers: &HeaderMap,
     query_token: Option<&str>,
-    check_origin: bool,
 ) -> Result<(), Refusal> {
-    let refused = check_access(state, headers, query_token, check_origin);
-    if let Err(refusal) = &refused {
-        let reason = if refusal.status == StatusCode::UNAUTHORIZED {
-            "unauthorized"
-        } else {
-            "forbidden_origin"
-        };
-        state.stats.http_refused(reason);
+    if has_token(state, headers, query_token) {
+        return Ok(());
     }
-    refused
+    state.stats.http_refused("unauthorized");
+    Err(Refusal::new(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong bearer token",
+    ))
 }
 
-fn check_access(
-    state: &AppState,
-    headers: &HeaderMap,
-    query_token: Option<&str>,
-    check_origin: bool,
-) -> Result<(), Refusal> {
-    if check_origin {
-        let origin = match headers.get(header::ORIGIN).map(HeaderValue::to_str) {
-            None => None,
-            Some(Ok(o)) => Some(o),
-            Some(Err(_)) => return Err(Refusal::new(StatusCode::FORBIDDEN, "origin not allowed")),
-        };
-        if !state.settings.origin_allowed(origin) {
-            tracing::debug!(sidecar = %state.name, origin = ?origin, "refused a foreign origin");
-            return Err(Refusal::new(StatusCode::FORBIDDEN, "origin not allowed"));
-        }
-    }
-    if let Some(secret) = &state.settings.token {
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        let given = bearer.or(query_token);
-        if !given.is_some_and(|g| secret.matches(g)) {
-            return Err(Refusal::new(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong bearer token",
-            ));
-        }
-    }
-    Ok(())
+/// Whether the request carries the token (always true without one configured).
+fn has_token(state: &AppState, headers: &HeaderMap, query_token: Option<&str>) -> bool {
+    let Some(secret) = &state.settings.token else {
+        return true;
+    };
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    bearer.or(query_token).is_some_and(|g| secret.matches(g))
 }
 
 async fn ws_handler(
     State(state): State<Shared>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     query: Result<Query<StreamQuery>, QueryRejection>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
@@ -300,7 +312,7 @@ async fn ws_handler(
         Ok(q) => q,
         Err(r) => return r.into_response(),
     };
-    if let Err(r) = authorize(&state, &headers, query.token.as_deref(), true) {
+    if let Err(r) = authorize(&state, &headers, query.token.as_deref()) {
         return r.into_response();
     }
     let params = match query.params() {
@@ -311,36 +323,52 @@ async fn ws_handler(
         Ok(ws) => ws,
         Err(rejection) => return rejection.into_response(),
     };
-    let Some((sub, replay)) = state
-        .hub
-        .subscribe(params.since, params.format, params.filter)
-    else {
+    let since = state.resume_point(params.since, query.epoch.as_deref());
+    let Some((sub, replay)) = state.hub.subscribe(since, params.format, params.filter) else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the sidecar is stopping");
     };
     let max = state.settings.max_frame;
-    ws.max_message_size(max)
+    let epoch = state.epoch_header();
+    let mut response = ws
+        .max_message_size(max)
         .max_frame_size(max)
         .read_buffer_size(WS_READ_CHUNK)
-        .on_upgrade(move |socket| ws_client(state, socket, sub, replay))
+        .on_upgrade(move |socket| ws_client(state, peer, socket, sub, replay));
+    response.headers_mut().insert(crate::EPOCH_HEADER, epoch);
+    response
 }
 
-async fn ws_client(state: Shared, socket: WebSocket, sub: Subscription, replay: Replay) {
+async fn ws_client(
+    state: Shared,
+    peer: SocketAddr,
+    socket: WebSocket,
+    sub: Subscription,
+    replay: Replay,
+) {
     let hub = Arc::clone(&state.hub);
     // A client still taking its frames when the drain deadline passes is dropped (the
     // sidecar counted what it did not take).
     tokio::select! {
-        () = ws_session(state, socket, sub, replay) => {}
+        () = ws_session(state, peer, socket, sub, replay) => {}
         () = hub.wait_abandoned() => {}
     }
 }
 
-async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay: Replay) {
+async fn ws_session(
+    state: Shared,
+    peer: SocketAddr,
+    socket: WebSocket,
+    sub: Subscription,
+    replay: Replay,
+) {
     let (mut tx, mut rx) = socket.split();
     let format = sub.client.format;
     let mut normalizer = Normalizer::new(state.source_name());
     let mut ready = Vec::with_capacity(WRITE_BATCH);
     let mut ingest = Ingest {
         signals: Vec::new(),
+        peer,
+        binary_noted: false,
     };
     if let Some((from, to)) = replay.gap
         && tx.feed(Message::Text(gap_text(from, to))).await.is_err()
@@ -413,7 +441,10 @@ async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay:
                         Some(Ok(Message::Binary(bytes))) => {
                             end = match std::str::from_utf8(&bytes) {
                                 Ok(text) => ingest.frame(&state, &mut normalizer, text, &mut tx).await,
-                                Err(_) => ingest.refuse(&state, "binary frame is not UTF-8 JSON", &mut tx).await,
+                                Err(_) => {
+                                    ingest.binary_violation(&state);
+                                    ingest.refuse(&state, "binary frame is not UTF-8 JSON", &mut tx).await
+                                }
                             }
                             .err();
                         }
@@ -435,15 +466,23 @@ async fn ws_session(state: Shared, socket: WebSocket, sub: Subscription, replay:
                     None => {}
                     Some(Ended::Closed) => break,
                     Some(Ended::Failed(e)) => {
-                        if is_too_long(e) {
-                            let why = format!("frame larger than max_frame ({} bytes)", state.settings.max_frame);
-                            let _ = refuse(&state, &why, &mut tx).await;
-                            let _ = tx
-                                .send(Message::Close(Some(CloseFrame {
-                                    code: 1009,
-                                    reason: Utf8Bytes::from_static("frame too large"),
-                                })))
-                                .await;
+                        match violation(e) {
+                            Some(Violation::TooLong) => {
+                                let why = format!("frame larger than max_frame ({} bytes)", state.settings.max_frame);
+                                state.ws_violation(peer, &why);
+                                let _ = refuse(&state, &why, &mut tx).await;
+                                let _ = tx
+                                    .send(Message::Close(Some(CloseFrame {
+                                        code: 1009,
+                                        reason: Utf8Bytes::from_static("frame too large"),
+                                    })))
+                                    .await;
+                            }
+                            Some(Violation::Other(what)) => {
+                                state.ws_violation(peer, &what);
+                                state.bad_input(&what);
+                            }
+                            None => {}
                         }
                         break;
                     }
@@ -471,9 +510,27 @@ impl From<axum::Error> for Ended {
 /// graph at once.
 struct Ingest {
     signals: Vec<patchbay_signal::Signal>,
+    /// The client, for the log line of a violation.
+    peer: SocketAddr,
+    /// A non-UTF-8 binary message was logged already (the next ones are only counted).
+    binary_noted: bool,
 }
 
 impl Ingest {
+    /// A binary message that is not UTF-8 JSON: counted each time, logged once per
+    /// connection (the client stays connected and is told, so it could repeat it).
+    fn binary_violation(&mut self, state: &AppState) {
+        if self.binary_noted {
+            state.ws_violations.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.binary_noted = true;
+            state.ws_violation(
+                self.peer,
+                "binary message that is not UTF-8 JSON (further ones are counted, not logged)",
+            );
+        }
+    }
+
     /// A frame a UI sent: kept for the graph (from `NAME.inbound`), or an error frame back.
     async fn frame(
         &mut self,
@@ -529,11 +586,29 @@ impl Ingest {
     }
 }
 
-fn is_too_long(e: axum::Error) -> bool {
+/// A WebSocket protocol violation by the client, as read from the socket.
+enum Violation {
+    /// A message or frame over `max_frame`.
+    TooLong,
+    /// Anything else the protocol forbids (a bad frame, text that is not UTF-8); what.
+    Other(String),
+}
+
+/// What a read error says of the client: a violation, or `None` when it merely went away
+/// (reset, closed).
+fn violation(e: axum::Error) -> Option<Violation> {
     use tokio_tungstenite::tungstenite::Error as WsError;
-    e.into_inner()
-        .downcast_ref::<WsError>()
-        .is_some_and(|e| matches!(e, WsError::Capacity(_)))
+    let inner = e.into_inner();
+    match inner.downcast_ref::<WsError>()? {
+        WsError::Capacity(_) => Some(Violation::TooLong),
+        WsError::Protocol(p) => Some(Violation::Other(format!("bad frame: {p}"))),
+        WsError::Utf8(_) => Some(Violation::Other("text message that is not UTF-8".into())),
+        WsError::AttackAttempt => Some(Violation::Other("attack attempt".into())),
+        WsError::ConnectionClosed | WsError::AlreadyClosed | WsError::Io(_) => None,
+        other => Some(Violation::Other(patchbay_transport::describe_ws_error(
+            other,
+        ))),
+    }
 }
 
 type WsSink = futures_util::stream::SplitSink<WebSocket, Message>;
@@ -553,7 +628,7 @@ async fn sse_handler(
         Ok(q) => q,
         Err(r) => return r.into_response(),
     };
-    if let Err(r) = authorize(&state, &headers, query.token.as_deref(), false) {
+    if let Err(r) = authorize(&state, &headers, query.token.as_deref()) {
         return r.into_response();
     }
     let mut params = match query.params() {
@@ -577,10 +652,8 @@ async fn sse_handler(
             }
         }
     }
-    let Some((sub, replay)) = state
-        .hub
-        .subscribe(params.since, params.format, params.filter)
-    else {
+    let since = state.resume_point(params.since, query.epoch.as_deref());
+    let Some((sub, replay)) = state.hub.subscribe(since, params.format, params.filter) else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the sidecar is stopping");
     };
     let mut pending = VecDeque::new();
@@ -600,14 +673,18 @@ async fn sse_handler(
         let chunk = s.next_chunk().await?;
         Some((Ok::<_, Infallible>(chunk), s))
     }));
-    (
+    let mut response = (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
         body,
     )
-        .into_response()
+        .into_response();
+    response
+        .headers_mut()
+        .insert(crate::EPOCH_HEADER, state.epoch_header());
+    response
 }
 
 /// One SSE client: the replay, then its live queue, as `id:`/`data:` events whose frame
@@ -662,7 +739,7 @@ async fn post_signal(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let token = query.ok().and_then(|Query(q)| q.token);
-    if let Err(r) = authorize(&state, &headers, token.as_deref(), true) {
+    if let Err(r) = authorize(&state, &headers, token.as_deref()) {
         return r.into_response();
     }
     let body = match body {
@@ -732,16 +809,51 @@ fn retry_after(settings: &Settings) -> HeaderValue {
     HeaderValue::from_str(&secs.to_string()).unwrap_or(HeaderValue::from_static("1"))
 }
 
-async fn health(State(state): State<Shared>) -> Response {
+/// `GET /health`: the overall status (`ok` when every component is, else the worst
+/// state: `failed`, `recovering`, `starting`, `stopped`), and, with the token when one is
+/// configured, the detail: every component, the seq, the epoch, the clients.
+async fn health(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    query: Result<Query<TokenQuery>, QueryRejection>,
+) -> Response {
+    let token = query.ok().and_then(|Query(q)| q.token);
     let components = state.telemetry.snapshot();
+    let status = overall(components.iter().map(|c| c.state));
+    if !has_token(&state, &headers, token.as_deref()) {
+        // Without the token, nothing but whether it is up: names, addresses and errors
+        // can tell an outsider too much.
+        return axum::Json(json!({"status": status})).into_response();
+    }
     axum::Json(json!({
+        "status": status,
         "sidecar": state.name,
         "listen": state.local.to_string(),
+        "epoch": state.epoch,
         "seq": state.hub.last_seq(),
         "clients": state.hub.client_count(),
         "components": components,
     }))
     .into_response()
+}
+
+/// The overall status of a graph: its worst component state.
+fn overall(states: impl Iterator<Item = patchbay_graph::HealthState>) -> &'static str {
+    use patchbay_graph::HealthState as S;
+    let rank = |s: S| match s {
+        S::Ok => 0,
+        S::Stopped => 1,
+        S::Starting => 2,
+        S::Recovering => 3,
+        S::Failed => 4,
+    };
+    match states.max_by_key(|s| rank(*s)) {
+        None | Some(S::Ok) => "ok",
+        Some(S::Stopped) => "stopped",
+        Some(S::Starting) => "starting",
+        Some(S::Recovering) => "recovering",
+        Some(S::Failed) => "failed",
+    }
 }
 
 async fn metrics(
@@ -750,15 +862,17 @@ async fn metrics(
     query: Result<Query<TokenQuery>, QueryRejection>,
 ) -> Response {
     let token = query.ok().and_then(|Query(q)| q.token);
-    if let Err(r) = authorize(&state, &headers, token.as_deref(), false) {
+    if let Err(r) = authorize(&state, &headers, token.as_deref()) {
         return r.into_response();
     }
+    let mut text = state.telemetry.prometheus();
+    text.push_str(&crate::violations::prometheus(&state.telemetry));
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.telemetry.prometheus(),
+        text,
     )
         .into_response()
 }
@@ -769,7 +883,7 @@ async fn status_page(
     query: Result<Query<TokenQuery>, QueryRejection>,
 ) -> Response {
     let token = query.ok().and_then(|Query(q)| q.token);
-    if let Err(r) = authorize(&state, &headers, token.as_deref(), false) {
+    if let Err(r) = authorize(&state, &headers, token.as_deref()) {
         return r.into_response();
     }
     (
@@ -785,7 +899,7 @@ async fn status_stream(
     query: Result<Query<TokenQuery>, QueryRejection>,
 ) -> Response {
     let token = query.ok().and_then(|Query(q)| q.token);
-    if let Err(r) = authorize(&state, &headers, token.as_deref(), false) {
+    if let Err(r) = authorize(&state, &headers, token.as_deref()) {
         return r.into_response();
     }
     crate::status::stream(state)

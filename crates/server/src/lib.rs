@@ -23,6 +23,15 @@
 //! (connected clients that have lagged), `client_frames_dropped`, `clients_cut` and
 //! `port` (the bound port, useful with `listen = "127.0.0.1:0"`).
 //!
+//! Each run of a sidecar has an **epoch**, a fresh id sent in the `X-Patchbay-Epoch` header
+//! of the `/ws` and `/events` responses (and in `/health`): `seq` numbers are only
+//! meaningful within one epoch. A client resuming with `?since=N&epoch=E` where `E` is
+//! not the current epoch (the daemon restarted), or with a `since` beyond the last seq
+//! published, gets the whole ring replayed instead of nothing.
+//!
+//! The listener is [`patchbay_transport::listen`]'s: header and idle timeouts, a
+//! connection cap, `Host` and `Origin` checked on every endpoint.
+//!
 //! [`tap()`] is the client side: it prints what a running sidecar sends.
 
 mod config;
@@ -31,13 +40,14 @@ mod hub;
 mod inbound;
 mod status;
 pub mod tap;
+mod violations;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use axum::serve::ListenerExt as _;
 use patchbay_graph::{
     Adapter, BoxFuture, ComponentError, ComponentType, Diagnostic, Options, Output, OutputContext,
     OutputKind, Role, WhenFull, options_of,
@@ -48,6 +58,9 @@ pub use config::{BadSetting, DEFAULT_LISTEN, Secret, Settings, SidecarConfig, pa
 pub use hub::{Format, TypeFilter};
 pub use inbound::{BadFrame, body_to_signals, ui_frame_to_signal, value_to_signal};
 pub use tap::{DEFAULT_TAP_URL, TapError, TapOptions, tap};
+
+/// The response header that names a sidecar's epoch (see the crate's documentation).
+pub const EPOCH_HEADER: &str = "x-patchbay-epoch";
 
 /// The output type name in configs.
 pub const TYPE_NAME: &str = "sidecar";
@@ -148,6 +161,18 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
         cx.queue().policy() == WhenFull::Block,
         Arc::clone(cx.stats()),
     ));
+    let published = Arc::new(AtomicU64::new(0));
+    let door = patchbay_transport::listen::Listener {
+        name: name.clone(),
+        limits: settings.limits,
+        access: patchbay_transport::listen::Access::new(
+            local,
+            settings.allowed_hosts.clone(),
+            settings.origins(),
+        ),
+        stats: Arc::clone(cx.stats()),
+        refusal: http::refusal,
+    };
     let state = Arc::new(http::AppState {
         name: name.clone(),
         settings,
@@ -156,23 +181,20 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
         telemetry: Arc::clone(cx.telemetry()),
         stats: Arc::clone(cx.stats()),
         local,
+        epoch: new_epoch(),
+        published: Arc::clone(&published),
+        ws_violations: violations::register(cx.telemetry(), &name),
     });
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let app = http::router(state);
-    // Frames go out as they come: with Nagle's algorithm a small frame after another waits
-    // for the UI's delayed ACK (up to 40 ms).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    });
-    let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
+    let mut server = tokio::spawn(patchbay_transport::listen::serve(
+        listener,
+        app,
+        door,
+        async move {
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+        },
+    ));
     announce(&name, Some(local));
 
     let mut seq = 0u64;
@@ -186,6 +208,8 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
                 // Everything ready, numbered and serialized once, then handed to every
                 // client in one go.
                 let n = batch.len() as u64;
+                // Stored first, so that no client can have seen a seq beyond it.
+                published.store(seq + n, Ordering::Release);
                 let frames = batch.drain(..).map(|signal| {
                     seq += 1;
                     hub::Frame::new(seq, signal)
@@ -194,10 +218,9 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
                 cx.delivered(n);
             },
             ended = &mut server => {
-                // The server only ends on its own when accepting fails for good.
+                // The server only ends when told to, or when its task fails.
                 break Err(match ended {
-                    Ok(Err(e)) => format!("server stopped: {e}").into(),
-                    Ok(Ok(())) => "server stopped".into(),
+                    Ok(()) => "server stopped".into(),
                     Err(e) => format!("server task failed: {e}").into(),
                 });
             }
@@ -227,6 +250,21 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
         server.abort();
     }
     result
+}
+
+/// A new epoch: distinct for each run of a sidecar (the clock in nanoseconds, mixed with
+/// the process id and a per-process count), as 16 hex digits.
+fn new_epoch() -> String {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mixed = nanos
+        ^ (u64::from(std::process::id()) << 40)
+        ^ RUNS
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    format!("{mixed:016x}")
 }
 
 type Addresses = HashMap<String, SocketAddr>;

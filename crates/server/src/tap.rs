@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use patchbay_graph::config::Secret;
 use patchbay_transport::{
-    Backoff, RedactedUrl, WsConnectError, WsStream, close_reason, connect_websocket,
+    Backoff, RedactedUrl, WsConnectError, WsStream, close_reason, connect_websocket_with_response,
     describe_ws_error,
 };
 use serde_json::Value;
@@ -69,7 +69,8 @@ impl TapOptions {
 /// Connects to a sidecar's `/ws` and prints each signal to `out` (flushed after each line,
 /// so a pipe sees signals live) until the sidecar closes the connection, or, with
 /// `follow`, forever: the connection is opened again with backoff and resumes after the
-/// last `seq` printed. `note` hears what happens to the connection (for standard error).
+/// last `seq` printed, naming the sidecar's epoch so that a sidecar that restarted in
+/// between (whose seqs start again from 1) replays its whole ring. `note` hears what happens to the connection (for standard error).
 /// The first connection must succeed; a refused token always ends it.
 pub async fn tap<W: Write + Send>(
     options: &TapOptions,
@@ -84,12 +85,27 @@ pub async fn tap<W: Write + Send>(
     }
     let shown = RedactedUrl(&options.url).to_string();
     let mut since = options.since;
+    // The epoch of the sidecar the `since` was seen on (none before the first frame).
+    let mut epoch: Option<String> = None;
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5), None);
     let mut connected_once = false;
     loop {
-        let url = tap_url(&options.url, options.types.as_deref(), since)?;
-        let ws = match connect_websocket(&url, headers.iter().cloned(), None).await {
-            Ok(ws) => ws,
+        let resume_epoch = epoch.as_deref().filter(|_| since.is_some());
+        let url = tap_url(&options.url, options.types.as_deref(), since, resume_epoch)?;
+        let ws = match connect_websocket_with_response(&url, headers.iter().cloned(), None).await {
+            Ok((ws, response)) => {
+                let now = response
+                    .get(crate::EPOCH_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                if connected_once && now.is_some() && now != epoch {
+                    // A new run: its seqs start again, and it replays all it holds.
+                    note("the sidecar restarted: replaying what it holds");
+                    since = since.map(|_| 0);
+                }
+                epoch = now;
+                ws
+            }
             Err(e) if connected_once && e.is_retryable() => {
                 let delay = backoff.next_jittered().unwrap_or(Duration::from_secs(5));
                 note(&format!("{e}; retrying in {:.1} s", delay.as_secs_f64()));
@@ -161,8 +177,13 @@ fn frame_seq(text: &str) -> Option<u64> {
         .and_then(Value::as_u64)
 }
 
-/// The URL with `types` and `since` added to its query string.
-pub fn tap_url(url: &str, types: Option<&str>, since: Option<u64>) -> Result<String, TapError> {
+/// The URL with `types`, `since` and `epoch` added to its query string.
+pub fn tap_url(
+    url: &str,
+    types: Option<&str>,
+    since: Option<u64>,
+    epoch: Option<&str>,
+) -> Result<String, TapError> {
     let url = url.trim();
     if !(url.starts_with("ws://") || url.starts_with("wss://")) {
         return Err(TapError::BadUrl(url.to_owned()));
@@ -178,6 +199,12 @@ pub fn tap_url(url: &str, types: Option<&str>, since: Option<u64>) -> Result<Str
     if let Some(since) = since {
         full.push(sep);
         full.push_str(&format!("since={since}"));
+        sep = '&';
+    }
+    if let Some(epoch) = epoch {
+        full.push(sep);
+        full.push_str("epoch=");
+        full.push_str(&encode(epoch));
     }
     Ok(full)
 }
@@ -259,15 +286,19 @@ mod tests {
     #[test]
     fn url_gets_the_query() {
         assert_eq!(
-            tap_url(DEFAULT_TAP_URL, Some("a,b*"), Some(5)).unwrap(),
+            tap_url(DEFAULT_TAP_URL, Some("a,b*"), Some(5), None).unwrap(),
             "ws://127.0.0.1:7878/ws?types=a,b*&since=5"
         );
         assert_eq!(
-            tap_url("ws://h:1/ws?token=x", Some("a b"), None).unwrap(),
+            tap_url(DEFAULT_TAP_URL, None, Some(5), Some("00ff")).unwrap(),
+            "ws://127.0.0.1:7878/ws?since=5&epoch=00ff"
+        );
+        assert_eq!(
+            tap_url("ws://h:1/ws?token=x", Some("a b"), None, None).unwrap(),
             "ws://h:1/ws?token=x&types=a%20b"
         );
         assert!(matches!(
-            tap_url("http://h/ws", None, None),
+            tap_url("http://h/ws", None, None, None),
             Err(TapError::BadUrl(_))
         ));
     }

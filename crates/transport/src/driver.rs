@@ -156,6 +156,11 @@ impl<'a> Driver<'a> {
                 }
                 Ended::Lost(reason) => reason,
             };
+            if crate::ws::is_oversized(&reason) {
+                // A peer that sends more than `max_frame`: counted like any bad input;
+                // the connection is reset below.
+                self.bad_input(&reason);
+            }
             self.ends
                 .record_error(&format!("{} {name}: {reason}", self.kind));
             link.on_lost(&mut self.backoff);
@@ -182,6 +187,14 @@ impl<'a> Driver<'a> {
             (Some(cx), _) => cx.name().to_owned(),
             (None, Some(cx)) => cx.name().to_owned(),
             (None, None) => self.kind.to_owned(),
+        }
+    }
+
+    fn bad_input(&self, why: &str) {
+        match (self.ends.signals_in, self.ends.controls) {
+            (Some(cx), _) => cx.stats().bad_input(why),
+            (None, Some(cx)) => cx.stats().bad_input(why),
+            (None, None) => {}
         }
     }
 

@@ -5,7 +5,7 @@
 //!
 //! - [`TransportOptions`]: the connection options every network adapter embeds with
 //!   `#[serde(flatten)]` (`url`, `backoff_initial_ms`, `backoff_max_ms`, `max_attempts`,
-//!   `connect_timeout_ms`, `ca_file`), with defaults the adapter supplies ([`Defaults`]),
+//!   `connect_timeout_ms`, `ca_file`, `max_frame`), with defaults the adapter supplies ([`Defaults`]),
 //!   parsed by [`parse_options`], which refuses unknown keys over the adapter's and the
 //!   transport's keys together (FILE:LINE:COL and a did-you-mean). [`Headers`] are the
 //!   extra request headers of the adapters that take them.
@@ -18,6 +18,9 @@
 //!   headers, `TCP_NODELAY`, and TLS for `wss://`; [`client_builder`]: the HTTP client
 //!   (reqwest) for `http://` and `https://`. Both use one TLS setup ([`tls`]): rustls on
 //!   the ring provider, the system's roots, plus the PEM file of `ca_file`.
+//! - [`listen`]: the other direction, every listening socket patchbay opens: an axum
+//!   router served with a header timeout, an idle timeout, a connection cap, and `Host`
+//!   and `Origin` checked on every request ([`listen::serve`]).
 //! - [`RedactedUrl`]: a URL as it may be logged (password and token-like query values
 //!   replaced by `***`); header values are never shown.
 
@@ -25,6 +28,7 @@ pub mod backoff;
 mod driver;
 mod headers;
 mod http;
+pub mod listen;
 mod options;
 mod redact;
 pub mod tls;
@@ -38,5 +42,7 @@ pub use options::{Defaults, Scheme, TransportConfig, TransportOptions, known_key
 pub use redact::{RedactedUrl, SECRET_QUERY_KEYS};
 pub use tls::TlsError;
 pub use ws::{
-    WsConnectError, WsStream, close_reason, connect_websocket, describe as describe_ws_error,
+    DEFAULT_MAX_MESSAGE, MAX_MESSAGE_LIMIT, WsConnectError, WsStream, close_reason,
+    connect_websocket, connect_websocket_bounded, connect_websocket_with_response,
+    describe as describe_ws_error,
 };

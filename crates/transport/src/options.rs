@@ -67,6 +67,9 @@ fn default_max_attempts<D: Defaults>() -> Option<u32> {
 fn default_connect_timeout_ms<D: Defaults>() -> u64 {
     D::CONNECT_TIMEOUT_MS
 }
+fn default_max_frame() -> usize {
+    crate::ws::DEFAULT_MAX_MESSAGE
+}
 
 /// How a network adapter connects and reconnects. Embedded in the adapter's options with
 /// `#[serde(flatten)]`, so these keys sit beside the adapter's own; the defaults are the
@@ -102,6 +105,12 @@ pub struct TransportOptions<D: Defaults> {
     /// system's roots (a private CA, a self-signed local server).
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// WebSocket URLs only: the largest message (and frame) accepted from the peer, in
+    /// bytes (from 1 to 67108864, 64 MiB; default 16777216, 16 MiB). A larger one is
+    /// counted as bad input and the connection is reset (then reopened with the backoff
+    /// above), so that a peer can never make patchbay buffer without bound.
+    #[serde(default = "default_max_frame")]
+    pub max_frame: usize,
     #[serde(skip)]
     #[schemars(skip)]
     defaults: PhantomData<fn() -> D>,
@@ -116,6 +125,7 @@ impl<D: Defaults> std::fmt::Debug for TransportOptions<D> {
             .field("max_attempts", &self.max_attempts)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("ca_file", &self.ca_file)
+            .field("max_frame", &self.max_frame)
             .finish()
     }
 }
@@ -130,6 +140,7 @@ impl<D: Defaults> TransportOptions<D> {
             max_attempts: D::MAX_ATTEMPTS,
             connect_timeout_ms: D::CONNECT_TIMEOUT_MS,
             ca_file: None,
+            max_frame: crate::ws::DEFAULT_MAX_MESSAGE,
             defaults: PhantomData,
         }
     }
@@ -165,6 +176,17 @@ impl<D: Defaults> TransportOptions<D> {
             "connect_timeout_ms",
             self.connect_timeout_ms,
             1..=MAX_DURATION_MS,
+        )?;
+        if D::SCHEME != Scheme::WebSocket && options.has("max_frame") {
+            return Err(options.error_at(
+                "max_frame",
+                "`max_frame` applies to WebSocket connections only",
+            ));
+        }
+        options.check_range(
+            "max_frame",
+            self.max_frame,
+            1..=crate::ws::MAX_MESSAGE_LIMIT,
         )?;
         Ok(())
     }
@@ -345,6 +367,7 @@ mod tests {
                 "ca_file",
                 "connect_timeout_ms",
                 "max_attempts",
+                "max_frame",
                 "ping_interval_ms",
                 "url"
             ]
@@ -357,6 +380,25 @@ mod tests {
                 .as_str()
                 .is_some_and(|d| d.contains("PEM"))
         );
+    }
+
+    #[test]
+    fn max_frame_is_bounded_and_for_websockets_only() {
+        assert_eq!(
+            parse("url = \"ws://h\"").unwrap().transport.max_frame,
+            16 << 20
+        );
+        assert_eq!(
+            parse("url = \"ws://h\"\nmax_frame = 1024")
+                .unwrap()
+                .transport
+                .max_frame,
+            1024
+        );
+        for bad in ["max_frame = 0", "max_frame = 67108865"] {
+            let err = parse(&format!("url = \"ws://h\"\n{bad}")).unwrap_err();
+            assert_eq!((err.line, err.col), (2, 13), "{err}");
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
+use tokio_tungstenite::tungstenite::http::{HeaderMap, HeaderName, HeaderValue};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Error as WsError};
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
@@ -12,6 +13,24 @@ use crate::redact::RedactedUrl;
 
 /// An open WebSocket client connection.
 pub type WsStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// The largest message (and frame) a client connection accepts unless told otherwise
+/// (`max_frame`): 16 MiB.
+pub const DEFAULT_MAX_MESSAGE: usize = 16 << 20;
+
+/// The largest `max_frame` that may be configured: 64 MiB.
+pub const MAX_MESSAGE_LIMIT: usize = 64 << 20;
+
+/// What [`describe`] says of a message over the bound; the [`Driver`](crate::Driver)
+/// counts a session lost to one as bad input.
+pub(crate) const OVERSIZED: &str = "message larger than max_frame";
+
+/// Whether a session's end reason is a message over the bound: [`describe`]'s text, or
+/// tungstenite's own (`Message too long: N > M`) from an adapter that shows the error
+/// as it is.
+pub(crate) fn is_oversized(reason: &str) -> bool {
+    reason.contains(OVERSIZED) || reason.contains("Message too long")
+}
 
 /// Why a WebSocket connection could not be opened. The texts hold no header value and
 /// only redacted URLs.
@@ -47,12 +66,44 @@ impl WsConnectError {
 
 /// Opens a WebSocket to `url` with extra `headers`: TCP with `TCP_NODELAY` (a small frame
 /// is not held back waiting for an ACK), then TLS for `wss://` with `tls`, then the
-/// upgrade. Not bounded in time: the caller (the [`Driver`](crate::Driver)) bounds it.
+/// upgrade. Messages from the peer are bounded by [`DEFAULT_MAX_MESSAGE`]. Not bounded in
+/// time: the caller (the [`Driver`](crate::Driver)) bounds it.
 pub async fn connect_websocket(
     url: &str,
     headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>,
     tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> Result<WsStream, WsConnectError> {
+    connect_websocket_bounded(url, headers, tls, DEFAULT_MAX_MESSAGE).await
+}
+
+/// [`connect_websocket`] that also returns the headers of the server's upgrade response
+/// (a sidecar names its epoch there).
+pub async fn connect_websocket_with_response(
+    url: &str,
+    headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<(WsStream, HeaderMap), WsConnectError> {
+    open(url, headers, tls, DEFAULT_MAX_MESSAGE).await
+}
+
+/// [`connect_websocket`] accepting messages of at most `max_message` bytes: a larger one
+/// ends the stream with an error ([`describe`] says `message larger than max_frame`)
+/// instead of being buffered.
+pub async fn connect_websocket_bounded(
+    url: &str,
+    headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    max_message: usize,
+) -> Result<WsStream, WsConnectError> {
+    open(url, headers, tls, max_message).await.map(|(ws, _)| ws)
+}
+
+async fn open(
+    url: &str,
+    headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    max_message: usize,
+) -> Result<(WsStream, HeaderMap), WsConnectError> {
     let shown = RedactedUrl(url).to_string();
     let failed = |reason: String| WsConnectError::Failed {
         url: shown.clone(),
@@ -85,10 +136,18 @@ pub async fn connect_websocket(
             Connector::Rustls(crate::tls::client_config(None).map_err(|e| failed(e.to_string()))?)
         }
     };
-    match tokio_tungstenite::client_async_tls_with_config(request, stream, None, Some(connector))
-        .await
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message));
+    match tokio_tungstenite::client_async_tls_with_config(
+        request,
+        stream,
+        Some(config),
+        Some(connector),
+    )
+    .await
     {
-        Ok((ws, _response)) => Ok(ws),
+        Ok((ws, response)) => Ok((ws, response.into_parts().0.headers)),
         Err(WsError::Http(response)) if matches!(response.status().as_u16(), 401 | 403) => {
             Err(WsConnectError::Unauthorized {
                 url: shown.clone(),
@@ -107,6 +166,7 @@ pub fn describe(error: &WsError) -> String {
         WsError::Io(e) => e.to_string(),
         WsError::Url(e) => e.to_string(),
         WsError::Tls(e) => format!("TLS: {e}"),
+        WsError::Capacity(e) => format!("{OVERSIZED}: {e}"),
         other => other.to_string(),
     }
 }
@@ -146,7 +206,7 @@ impl<D: crate::Defaults> crate::TransportOptions<D> {
         } else {
             None
         };
-        connect_websocket(url, headers, tls.as_ref())
+        connect_websocket_bounded(url, headers, tls.as_ref(), self.max_frame)
             .await
             .map_err(|e| {
                 if e.is_retryable() {

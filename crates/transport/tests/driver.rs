@@ -53,8 +53,13 @@ impl Link for Probe {
     }
 
     async fn session(&mut self, mut ws: WsStream, _ends: &LinkEnds<'_>) -> Ended {
-        while let Some(Ok(_)) = ws.next().await {}
-        Ended::Lost("the server closed the connection".into())
+        loop {
+            match ws.next().await {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Ended::Lost(patchbay_transport::describe_ws_error(&e)),
+                None => return Ended::Lost("the server closed the connection".into()),
+            }
+        }
     }
 }
 
@@ -258,5 +263,50 @@ async fn health_details_show_the_url_redacted() {
         !shown.contains("s3cret") && !shown.contains("pw@"),
         "{shown}"
     );
+    server.abort();
+}
+
+/// A WebSocket server that sends each client one text message of `size` bytes, then
+/// waits for it to go.
+async fn big_message_server(listener: TcpListener, size: usize, accepted: Arc<AtomicUsize>) {
+    use futures_util::SinkExt;
+    while let Ok((tcp, _)) = listener.accept().await {
+        let accepted = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            if let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let big = "x".repeat(size);
+                let _ = ws
+                    .send(tokio_tungstenite::tungstenite::Message::text(big))
+                    .await;
+                while let Some(Ok(_)) = ws.next().await {}
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_max_frame_is_counted_and_resets_the_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let server = tokio::spawn(big_message_server(listener, 4096, Arc::clone(&accepted)));
+    let graph = start(&format!(
+        "url = \"ws://127.0.0.1:{port}/\"\nmax_frame = 1024\nbackoff_initial_ms = 5\nbackoff_max_ms = 10"
+    ));
+    // Each connection gets the message, refuses it, and is opened again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while accepted.load(Ordering::SeqCst) < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no reconnection after an oversized message"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let report = graph.stop().await.expect("graph task");
+    let probe = report.telemetry.component("probe").expect("stats");
+    assert!(probe.bad_input >= 2, "{probe:?}");
+    let error = probe.last_error.clone().unwrap_or_default();
+    assert!(error.contains("max_frame"), "{error}");
     server.abort();
 }

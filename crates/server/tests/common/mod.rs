@@ -109,9 +109,22 @@ pub async fn start_with(
     extra: &str,
     register: impl FnOnce(&mut Registry),
 ) -> Server {
+    start_on(name, inputs, "127.0.0.1:0", options, extra, register).await
+}
+
+/// [`start_with`] listening on `listen` (a fixed port, to start a sidecar again where
+/// another ran).
+pub async fn start_on(
+    name: &str,
+    inputs: &[&str],
+    listen: &str,
+    options: &str,
+    extra: &str,
+    register: impl FnOnce(&mut Registry),
+) -> Server {
     let inputs: Vec<String> = inputs.iter().map(|i| format!("\"{i}\"")).collect();
     let text = format!(
-        "{extra}\n[outputs.{name}]\ntype = \"sidecar\"\ninputs = [{}]\nlisten = \"127.0.0.1:0\"\n{options}\n",
+        "{extra}\n[outputs.{name}]\ntype = \"sidecar\"\ninputs = [{}]\nlisten = \"{listen}\"\n{options}\n",
         inputs.join(", ")
     );
     let mut registry = Registry::new();

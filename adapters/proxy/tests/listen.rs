@@ -1,0 +1,88 @@
+//! The proxy's listener: it answers to loopback host names only (DNS rebinding) and to
+//! no page on another origin, as the SDKs (`Host: 127.0.0.1:PORT`, no `Origin`) need.
+
+use std::time::Duration;
+
+use patchbay_graph::{ChannelOutput, Registry, RunningGraph, SourceText, compile};
+use patchbay_testkit::llm_proxy_e2e as proxy_e2e;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The status code of a raw answer.
+fn status(response: &str) -> u16 {
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn get(port: u16, host: &str, extra: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let request = format!("GET /v1/models HTTP/1.0\r\nHost: {host}\r\n{extra}\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut out))
+        .await
+        .expect("answered in time")
+        .expect("read");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_loopback_hosts_and_local_origins_are_served() {
+    let replay = proxy_e2e::start_replay().await;
+    let port = proxy_e2e::free_port();
+    let mut registry = Registry::new();
+    registry.adapter(&patchbay_proxy::ADAPTER);
+    let _out = ChannelOutput::register(&mut registry, "out", 64);
+    let config = format!(
+        "[sources.llm]\ntype = \"openai\"\nlisten = \"127.0.0.1:{port}\"\nupstream = \"{}\"\nhealth_interval_ms = 0\n\n[outputs.sink]\ntype = \"out\"\ninputs = [\"llm\"]\n",
+        replay.url
+    );
+    let graph = compile(&[SourceText::new("proxy.toml", config)], &registry).expect("compiles");
+    let graph = RunningGraph::spawn(graph);
+    let served = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(served.is_ok(), "the proxy never listened");
+
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+        let r = get(port, &host, "").await;
+        assert_eq!(status(&r), 200, "{host}: {r}");
+    }
+    let r = get(port, &format!("rebind.example:{port}"), "").await;
+    assert_eq!(status(&r), 403, "{r}");
+    let r = get(
+        port,
+        &format!("127.0.0.1:{port}"),
+        "Origin: https://evil.example\r\n",
+    )
+    .await;
+    assert_eq!(status(&r), 403, "{r}");
+    let r = get(
+        port,
+        &format!("127.0.0.1:{port}"),
+        "Origin: http://localhost:3000\r\n",
+    )
+    .await;
+    assert_eq!(status(&r), 200, "{r}");
+    let report = graph.stop().await.expect("graph task");
+    let llm = report.telemetry.component("llm").expect("stats");
+    assert_eq!(llm.http_refused.get("forbidden_host"), Some(&1), "{llm:?}");
+    assert_eq!(
+        llm.http_refused.get("forbidden_origin"),
+        Some(&1),
+        "{llm:?}"
+    );
+}

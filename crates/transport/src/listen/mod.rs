@@ -1,0 +1,484 @@
+//! Serving HTTP (and WebSocket upgrades) on a listening socket, hardened the same way for
+//! every listener patchbay opens (the sidecar, the LLM tap proxy, the Claude Code hook
+//! endpoint):
+//!
+//! - **Header timeout**: a request's head (request line and headers) must arrive within
+//!   `header_timeout_ms`, counted from the connection's start for its first request and
+//!   from the first byte of each next one; past it the connection is closed (a slowloris
+//!   client holds nothing for long) and counted (`header_timeout`).
+//! - **Idle timeout**: a keep-alive connection with no new request for `idle_timeout_ms`
+//!   after its last answer ended is closed. A request being answered (a long SSE stream
+//!   included) is never idle, and an upgraded WebSocket is no longer HTTP: neither is cut.
+//! - **Connection cap**: beyond `max_connections` open connections (WebSockets and
+//!   streams included), a new one is answered `503` and closed at once, and counted
+//!   (`too_many_connections`).
+//! - **Host and Origin** ([`Access`]): checked on every request before any route, so that
+//!   no endpoint can forget them; refusals are `403` and counted (`forbidden_host`,
+//!   `forbidden_origin`).
+//!
+//! Refusals are counted in the component's `patchbay_http_refused_total{reason=…}`.
+//! Each request carries the client's address as [`axum::extract::ConnectInfo`].
+
+mod access;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use patchbay_graph::config::MAX_DURATION_MS;
+use patchbay_graph::{ComponentStats, Diagnostic, Options};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::time::Instant;
+
+pub use access::{Access, Origins, Refused, check_hosts};
+
+/// The default `header_timeout_ms`: 10 s.
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// The default `idle_timeout_ms`: 60 s.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// The default `max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// The largest `max_connections`.
+pub const MAX_CONNECTIONS_LIMIT: usize = 1_000_000;
+
+/// What a connection refused for the cap is told before it is closed.
+const TOO_MANY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+
+/// A listener's connection bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a request's head may take to arrive.
+    pub header_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// How many connections may be open at once.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_millis(DEFAULT_HEADER_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl Limits {
+    /// The bounds as written in a component's options (`header_timeout_ms`,
+    /// `idle_timeout_ms`, `max_connections`), range-checked: an error points at the key.
+    pub fn from_options(
+        options: &Options<'_>,
+        header_timeout_ms: u64,
+        idle_timeout_ms: u64,
+        max_connections: usize,
+    ) -> Result<Limits, Diagnostic> {
+        options.check_range("header_timeout_ms", header_timeout_ms, 1..=MAX_DURATION_MS)?;
+        options.check_range("idle_timeout_ms", idle_timeout_ms, 1..=MAX_DURATION_MS)?;
+        options.check_range(
+            "max_connections",
+            max_connections,
+            1..=MAX_CONNECTIONS_LIMIT,
+        )?;
+        Ok(Limits {
+            header_timeout: Duration::from_millis(header_timeout_ms),
+            idle_timeout: Duration::from_millis(idle_timeout_ms),
+            max_connections,
+        })
+    }
+}
+
+/// How a listener answers a request refused at the door (each speaks its clients'
+/// error format).
+pub type Refusal = fn(StatusCode, &'static str) -> axum::response::Response;
+
+/// What [`serve`] needs besides the socket and the routes.
+#[derive(Clone)]
+pub struct Listener {
+    /// The component's name, for logs.
+    pub name: String,
+    /// The bounds.
+    pub limits: Limits,
+    /// Host and Origin rules.
+    pub access: Access,
+    /// Where refusals are counted.
+    pub stats: Arc<ComponentStats>,
+    /// The answer to a refused request.
+    pub refusal: Refusal,
+}
+
+/// A plain-text refusal.
+pub fn text_refusal(status: StatusCode, message: &'static str) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (status, message).into_response()
+}
+
+/// Serves `app` on `listener` with the bounds and checks of `config` until `shutdown`
+/// resolves; then stops accepting, lets every connection finish its request in flight,
+/// and returns once they have all closed. Failures to accept (too many open files) are
+/// logged and retried: it only returns on shutdown.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    config: Listener,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let config = Arc::new(config);
+    let slots = Arc::new(Semaphore::new(config.limits.max_connections));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Every connection task holds a clone: when all are gone, `recv` ends.
+    let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(listener = %config.name, "cannot accept a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            config.stats.http_refused("too_many_connections");
+            tracing::debug!(listener = %config.name, %peer, max = config.limits.max_connections, "refused a connection: too many open");
+            let _ = stream.try_write(TOO_MANY);
+            continue;
+        };
+        // Frames and chunks go out as they come: with Nagle's algorithm a small write
+        // after another waits for the peer's delayed ACK (up to 40 ms).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+        tokio::spawn(connection(
+            stream,
+            peer,
+            permit,
+            app.clone(),
+            Arc::clone(&config),
+            stop_rx.clone(),
+            alive_tx.clone(),
+        ));
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    drop(alive_tx);
+    let _ = alive_rx.recv().await;
+}
+
+/// Which bound a quiet connection passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expired {
+    Header,
+    Idle,
+}
+
+/// Where a connection is between requests, for its timeouts.
+#[derive(Debug)]
+struct Phase {
+    /// Requests being answered (their response body not yet ended).
+    busy: usize,
+    /// When the last answer ended (or the connection opened).
+    since: Instant,
+    /// When the head of the next request began to arrive.
+    head_started: Option<Instant>,
+}
+
+/// A connection's activity, shared by its socket (reads), its service (requests) and its
+/// watchdog.
+#[derive(Debug)]
+struct Activity {
+    phase: Mutex<Phase>,
+    changed: Notify,
+    /// Cleared once the connection is no longer HTTP (upgraded or closed): reads then
+    /// cost nothing here.
+    watching: AtomicBool,
+    limits: Limits,
+}
+
+impl Activity {
+    fn new(limits: Limits) -> Activity {
+        let now = Instant::now();
+        Activity {
+            // The first request's head is due from the start: a client that connects and
+            // sends nothing is a slowloris too.
+            phase: Mutex::new(Phase {
+                busy: 0,
+                since: now,
+                head_started: Some(now),
+            }),
+            changed: Notify::new(),
+            watching: AtomicBool::new(true),
+            limits,
+        }
+    }
+
+    fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
+        self.phase
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Bytes came in.
+    fn read(&self) {
+        if !self.watching.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut phase = self.phase();
+        if phase.busy == 0 && phase.head_started.is_none() {
+            phase.head_started = Some(Instant::now());
+            drop(phase);
+            self.changed.notify_one();
+        }
+    }
+
+    /// A request's head was read: it is being answered.
+    fn begin(self: &Arc<Self>) -> Busy {
+        let mut phase = self.phase();
+        phase.busy += 1;
+        phase.head_started = None;
+        Busy(Arc::clone(self))
+    }
+
+    /// The deadline the connection is under, if any.
+    fn deadline(&self) -> Option<(Instant, Expired)> {
+        let phase = self.phase();
+        if phase.busy > 0 {
+            return None;
+        }
+        Some(match phase.head_started {
+            Some(started) => (started + self.limits.header_timeout, Expired::Header),
+            None => (phase.since + self.limits.idle_timeout, Expired::Idle),
+        })
+    }
+}
+
+/// A request being answered; dropped when its response body has ended (or was dropped).
+struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut phase = self.0.phase();
+        phase.busy = phase.busy.saturating_sub(1);
+        if phase.busy == 0 {
+            phase.since = Instant::now();
+            drop(phase);
+            self.0.changed.notify_one();
+        }
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    permit: OwnedSemaphorePermit,
+    app: Router,
+    config: Arc<Listener>,
+    mut stop: watch::Receiver<bool>,
+    _alive: mpsc::Sender<()>,
+) {
+    let activity = Arc::new(Activity::new(config.limits));
+    let io = TokioIo::new(Watched {
+        io: stream,
+        activity: Arc::clone(&activity),
+        _slot: permit,
+    });
+    let service = Guarded {
+        app,
+        config: Arc::clone(&config),
+        peer,
+        activity: Arc::clone(&activity),
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // The timeouts are this module's (hyper's own header timeout also runs between
+    // requests, so it cannot tell idle from slow).
+    builder.keep_alive(true).header_read_timeout(None);
+    let conn = builder.serve_connection(io, service).with_upgrades();
+    tokio::pin!(conn);
+    let mut stopping = false;
+    loop {
+        let deadline = activity.deadline();
+        let wake = deadline.map_or_else(|| Instant::now() + Duration::from_secs(86_400), |d| d.0);
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(listener = %config.name, %peer, "connection ended: {e}");
+                }
+                break;
+            }
+            () = activity.changed.notified() => {}
+            _ = stop.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            () = tokio::time::sleep_until(wake), if deadline.is_some() => {
+                match activity.deadline() {
+                    Some((at, Expired::Header)) if at <= Instant::now() => {
+                        config.stats.http_refused("header_timeout");
+                        tracing::debug!(listener = %config.name, %peer, "closed a connection: no complete request head within {} ms", config.limits.header_timeout.as_millis());
+                        break;
+                    }
+                    Some((at, Expired::Idle)) if at <= Instant::now() => {
+                        tracing::trace!(listener = %config.name, %peer, "closed an idle connection");
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    activity.watching.store(false, Ordering::Relaxed);
+}
+
+/// The socket of a connection: reads are reported to its [`Activity`], and it holds the
+/// connection's slot (an upgraded WebSocket keeps it until it closes).
+struct Watched {
+    io: TcpStream,
+    activity: Arc<Activity>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// The routes behind the door: Host and Origin checked, the client's address attached,
+/// and the request kept `busy` until its response body ends.
+#[derive(Clone)]
+struct Guarded {
+    app: Router,
+    config: Arc<Listener>,
+    peer: SocketAddr,
+    activity: Arc<Activity>,
+}
+
+type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for Guarded {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let busy = self.activity.begin();
+        if let Err(refused) = self.config.access.check(request.headers()) {
+            self.config.stats.http_refused(refused.reason);
+            tracing::debug!(listener = %self.config.name, peer = %self.peer, reason = refused.reason, "refused a request");
+            let response = (self.config.refusal)(StatusCode::FORBIDDEN, refused.message);
+            return Box::pin(std::future::ready(Ok(tracked(response, busy))));
+        }
+        let mut request = request.map(Body::new);
+        request.extensions_mut().insert(ConnectInfo(self.peer));
+        let mut app = self.app.clone();
+        Box::pin(async move {
+            let response = match std::future::poll_fn(|cx| {
+                <Router as tower_service::Service<Request<Body>>>::poll_ready(&mut app, cx)
+            })
+            .await
+            {
+                Ok(()) => {
+                    <Router as tower_service::Service<Request<Body>>>::call(&mut app, request).await
+                }
+                Err(e) => Err(e),
+            };
+            let response = match response {
+                Ok(r) => r,
+                Err(never) => match never {},
+            };
+            Ok(tracked(response, busy))
+        })
+    }
+}
+
+fn tracked(response: axum::response::Response, busy: Busy) -> Response<Body> {
+    response.map(|body| {
+        Body::new(Tracked {
+            inner: body,
+            _busy: busy,
+        })
+    })
+}
+
+/// A response body that keeps its request `busy` until it has been sent (or dropped).
+struct Tracked {
+    inner: Body,
+    _busy: Busy,
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
