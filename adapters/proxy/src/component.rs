@@ -62,6 +62,10 @@ impl ProxySource {
 }
 
 impl Source for ProxySource {
+    fn reports_started(&self) -> bool {
+        true
+    }
+
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let ProxySource { api, config } = *self;
@@ -75,6 +79,7 @@ impl Source for ProxySource {
                 cx.set_state(HealthState::Failed, Some(message.clone()));
                 ComponentError::from(message)
             })?;
+            cx.started();
             let client = http_client()?;
             let source = format!("{}:{}", api.type_name(), cx.name());
             let (emitter, emit_task) = Emitter::new(cx.clone());

@@ -423,7 +423,7 @@ impl Telemetry {
         }
         let _ = writeln!(
             out,
-            "# HELP patchbay_http_refused_total HTTP requests a component refused, by reason (unauthorized, forbidden_origin).\n# TYPE patchbay_http_refused_total counter"
+            "# HELP patchbay_http_refused_total HTTP requests a listening component refused, by reason (unauthorized, forbidden_origin, forbidden_host, too_many_connections, header_timeout).\n# TYPE patchbay_http_refused_total counter"
         );
         for s in &snaps {
             for (reason, n) in &s.http_refused {

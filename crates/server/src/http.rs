@@ -830,6 +830,7 @@ async fn health(
         "sidecar": state.name,
         "listen": state.local.to_string(),
         "epoch": state.epoch,
+        "config": state.telemetry.config(),
         "seq": state.hub.last_seq(),
         "clients": state.hub.client_count(),
         "components": components,
