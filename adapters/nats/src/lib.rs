@@ -23,12 +23,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use futures_util::StreamExt;
+use futures_util::{FutureExt as _, StreamExt};
 use patchbay_graph::{
     Adapter, BoxFuture, ComponentError, ComponentStats, ComponentType, Diagnostic, HealthState,
     Options, Output, OutputContext, OutputKind, Role, Source, SourceContext, WhenFull, options_of,
 };
-use patchbay_signal::normalize::Normalizer;
+use patchbay_signal::Signal;
+use patchbay_signal::normalize::{Decoded, Normalizer};
 use patchbay_transport::backoff::Backoff;
 use serde::Deserialize;
 
@@ -284,6 +285,9 @@ struct Events {
     /// Times the server refused the credentials (the `nats_auth_failures` gauge).
     auth_failures: AtomicU64,
     slow_consumer_warned: AtomicBool,
+    /// Messages the client dropped as a slow consumer, as counted from its events (which
+    /// it may drop too when they come faster than they are read: a floor).
+    slow_consumer_drops: AtomicU64,
 }
 
 /// What the gauges of a NATS component measure.
@@ -303,6 +307,7 @@ impl Events {
             disconnected: AtomicBool::new(false),
             auth_failures: AtomicU64::new(0),
             slow_consumer_warned: AtomicBool::new(false),
+            slow_consumer_drops: AtomicU64::new(0),
         })
     }
 
@@ -347,6 +352,7 @@ impl Events {
             // dropped it.
             Event::SlowConsumer(_) => {
                 ComponentStats::add(&self.stats.dropped, 1);
+                self.slow_consumer_drops.fetch_add(1, Ordering::Relaxed);
                 if !self.slow_consumer_warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         component = self.stats.name(),
@@ -550,18 +556,42 @@ async fn read(
                 subject: c.subject.clone(),
                 reason: e.to_string(),
             })?;
+            // Every message already received is decoded and handed to the graph in one
+            // go (one reservation of its queue, one wake-up of the engine), not one by one.
+            let mut batch: Vec<Signal> = Vec::with_capacity(BATCH);
+            let mut taken: u64 = 0;
             loop {
                 let message = tokio::select! {
                     m = messages.next() => m,
                     () = cx.shutdown().wait() => None,
                 };
                 let Some(message) = message else { break };
-                let text = String::from_utf8_lossy(&message.payload);
-                if let Some(decoded) = normalizer.decode_text(&text)
-                    && cx.emit_decoded(decoded).await.is_err()
-                {
+                decode_into(&mut normalizer, &message.payload, cx, &mut batch);
+                taken += 1;
+                while batch.len() < BATCH {
+                    match messages.next().now_or_never() {
+                        Some(Some(message)) => {
+                            decode_into(&mut normalizer, &message.payload, cx, &mut batch);
+                            taken += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                // Waits for room as long as it takes, as `emit` does: on core NATS the
+                // client's buffer takes what arrives meanwhile (and counts what it drops).
+                let emitted = cx.emit_batch_within(&mut batch, Duration::MAX).await;
+                if emitted.refused.is_some() {
                     break;
                 }
+            }
+            // Every message this connection received and the graph did not take was
+            // dropped (as a slow consumer, or left in the client's buffer at shutdown):
+            // the exact count, where the events gave a floor.
+            let arrived = client.statistics().in_messages.load(Ordering::Relaxed);
+            let counted = events.slow_consumer_drops.load(Ordering::Relaxed);
+            let lost = arrived.saturating_sub(taken);
+            if lost > counted {
+                ComponentStats::add(&cx.stats().dropped, lost - counted);
             }
         }
         Some(js) => {
@@ -636,6 +666,34 @@ async fn read(
         }
     }
     Ok(())
+}
+
+/// At most this many messages or signals are handled in one go.
+const BATCH: usize = 256;
+
+/// Decodes one message's envelope into `batch`; bad input is counted (and becomes an
+/// `error` signal, as everywhere).
+fn decode_into(
+    normalizer: &mut Normalizer,
+    payload: &[u8],
+    cx: &SourceContext,
+    batch: &mut Vec<Signal>,
+) {
+    let text = String::from_utf8_lossy(payload);
+    match normalizer.decode_text(&text) {
+        Some(Decoded::Signal(signal)) => batch.push(signal),
+        Some(Decoded::BadInput(signal)) => {
+            let reason = signal
+                .payload
+                .get("message")
+                .and_then(|m| m.as_str())
+                .unwrap_or("bad input")
+                .to_owned();
+            cx.stats().bad_input(reason);
+            batch.push(signal);
+        }
+        None => {}
+    }
 }
 
 struct NatsOutput {
@@ -715,30 +773,36 @@ async fn publish(
         None => None,
     };
     let mut subject = String::new();
-    while let Some(signal) = cx.next().await {
-        subject.clear();
-        c.subject.render(&signal, &mut subject);
-        let payload = bytes::Bytes::from(signal.to_json());
-        match &context {
-            None => {
-                if let Err(e) = client.publish(subject.clone(), payload).await {
-                    tracing::warn!(output = cx.name(), "NATS publish: {e}");
-                    cx.refused(e);
-                    continue;
+    // Every signal waiting is taken at once (one wake-up for a burst); each is still
+    // published on its own subject.
+    let mut batch = Vec::with_capacity(BATCH);
+    while cx.next_batch(BATCH, &mut batch).await {
+        for signal in batch.drain(..) {
+            subject.clear();
+            c.subject.render(&signal, &mut subject);
+            let payload = bytes::Bytes::from(signal.to_json());
+            match &context {
+                None => {
+                    if let Err(e) = client.publish(subject.clone(), payload).await {
+                        tracing::warn!(output = cx.name(), "NATS publish: {e}");
+                        cx.refused(e);
+                        continue;
+                    }
+                }
+                Some(context) => {
+                    let mut headers = async_nats::HeaderMap::new();
+                    headers.insert("Nats-Msg-Id", signal.id.as_str());
+                    if let Err(e) =
+                        publish_acked(context, &subject, headers, payload, cx, events).await
+                    {
+                        tracing::warn!(output = cx.name(), "JetStream publish: {e}");
+                        ComponentStats::add(&cx.stats().dropped, 1);
+                        continue;
+                    }
                 }
             }
-            Some(context) => {
-                let mut headers = async_nats::HeaderMap::new();
-                headers.insert("Nats-Msg-Id", signal.id.as_str());
-                if let Err(e) = publish_acked(context, &subject, headers, payload, cx, events).await
-                {
-                    tracing::warn!(output = cx.name(), "JetStream publish: {e}");
-                    ComponentStats::add(&cx.stats().dropped, 1);
-                    continue;
-                }
-            }
+            cx.delivered(1);
         }
-        cx.delivered(1);
     }
     // Core NATS buffers: what was published reaches the server before we stop.
     let _ = client.flush().await;
