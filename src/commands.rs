@@ -246,15 +246,27 @@ pub fn draw(graph: &Graph, mermaid: bool) -> String {
     }
     for (i, n) in graph.nodes.iter().enumerate() {
         for e in &n.inputs {
-            let dropped = e.port == Port::Dropped;
+            // An edge from a named port (a route's branch, `_unmatched`) is labelled with
+            // the port, as one from `dropped` is: otherwise a route's branches look alike.
+            let port = match (e.port, &graph.nodes[e.from].kind) {
+                (Port::Named(p), NodeKind::Filter(spec)) => spec.ports().get(usize::from(p)),
+                _ => None,
+            };
             if mermaid {
-                let arrow = if dropped { "-. dropped .->" } else { "-->" };
+                let arrow = match (&port, e.port) {
+                    (_, Port::Dropped) => "-. dropped .->".to_owned(),
+                    (Some(p), _) => format!("-->|\"{}\"|", p.replace('"', "#quot;")),
+                    (None, _) => "-->".to_owned(),
+                };
                 let _ = writeln!(out, "  {} {arrow} {}", id(e.from), id(i));
             } else {
-                let style = if dropped {
-                    " [style=dashed, label=\"dropped\"]"
-                } else {
-                    ""
+                let style = match (&port, e.port) {
+                    (_, Port::Dropped) => " [style=dashed, label=\"dropped\"]".to_owned(),
+                    (Some(p), _) => format!(
+                        " [label=\"{}\"]",
+                        p.replace('\\', "\\\\").replace('"', "\\\"")
+                    ),
+                    (None, _) => String::new(),
                 };
                 let _ = writeln!(out, "  {} -> {}{style};", id(e.from), id(i));
             }

@@ -324,6 +324,60 @@ fn graph_draws_dot_and_mermaid() {
 }
 
 #[test]
+fn graph_labels_edges_from_route_branches_and_unmatched() {
+    let dir = ScratchDir::new("cli-graph-ports");
+    let path = write(
+        &dir,
+        "p.toml",
+        r#"[sources.agent]
+type = "stdin"
+
+[filters.kinds]
+type = "route"
+inputs = ["agent"]
+
+[filters.kinds.branches]
+errors = { type = "error" }
+tools = { type = { matches = "^tool_" } }
+
+[outputs.alerts]
+type = "stdout"
+inputs = ["kinds.errors"]
+
+[outputs.log]
+type = "file"
+path = "log.jsonl"
+inputs = ["kinds.tools", "kinds._unmatched", "agent"]
+"#,
+    );
+    let out = patchbay(&["graph", &path], "");
+    assert!(out.status.success(), "{out:?}");
+    let dot = String::from_utf8_lossy(&out.stdout);
+    // Nodes in declaration order: agent n0, kinds n1, alerts n2, log n3.
+    for edge in [
+        "n1 -> n2 [label=\"errors\"];",
+        "n1 -> n3 [label=\"tools\"];",
+        "n1 -> n3 [label=\"_unmatched\"];",
+        "n0 -> n3;",
+        "n0 -> n1;",
+    ] {
+        assert!(dot.contains(edge), "no `{edge}` in\n{dot}");
+    }
+    let out = patchbay(&["graph", &path, "--format", "mermaid"], "");
+    assert!(out.status.success(), "{out:?}");
+    let m = String::from_utf8_lossy(&out.stdout);
+    for edge in [
+        "n1 -->|\"errors\"| n2",
+        "n1 -->|\"tools\"| n3",
+        "n1 -->|\"_unmatched\"| n3",
+        "n0 --> n3",
+        "n0 --> n1",
+    ] {
+        assert!(m.contains(edge), "no `{edge}` in\n{m}");
+    }
+}
+
+#[test]
 fn sigterm_stops_sources_flushes_filters_and_exits_zero() {
     let dir = ScratchDir::new("cli-sigterm");
     let out_path = dir.join("out.jsonl");
