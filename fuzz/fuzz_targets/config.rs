@@ -22,7 +22,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         Err(errors) => {
             for error in errors {
                 let message = error.to_string();
-                assert!(!message.contains("s3cret"), "a secret in an error: {message}");
+                assert!(
+                    !message.contains("s3cret"),
+                    "a secret in an error: {message}"
+                );
             }
         }
     }

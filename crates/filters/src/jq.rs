@@ -881,7 +881,7 @@ impl JqExpr {
     pub fn compile(code: &str) -> Result<JqExpr, CompileError> {
         // Loaded as written first, so that syntax errors point into the expression.
         let arena = Arena::default();
-        Loader::new(prelude())
+        Loader::new([])
             .load(&arena, File { code, path: () })
             .map_err(|errors| describe_load_errors(code, errors))?;
         let term = jaq_core::load::parse(code, |p| p.term()).ok_or_else(|| CompileError {
