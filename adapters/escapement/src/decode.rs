@@ -217,12 +217,12 @@ impl EscapementDecoder {
             _ => Vec::new(),
         };
         if signals.is_empty() {
-            // Not mapped (or not mappable): the event keeps its name and its data.
+            // Not mapped (or not mappable): the event keeps its name and its data. A name
+            // that is a well-known type must have its payload (or becomes `invalid.<name>`).
             let signal = Signal::new(event, &self.source, data);
-            out.push(Decoded::Signal(with_correlation(
-                meta.apply(signal),
-                &correlation,
-            )));
+            let mut signal = with_correlation(meta.apply(signal), &correlation);
+            patchbay_signal::well_known::repair(&mut signal);
+            out.push(Decoded::Signal(signal));
             return;
         }
         // What the well-known payloads had no room for goes to `metadata.extra` of the

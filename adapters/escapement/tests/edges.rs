@@ -304,3 +304,16 @@ fn text_frames_decode_like_lines() {
     let signals = signals("{\"kind\":\"phase\",\"ts\":3}\r\n\r\n");
     assert_eq!(kinds(&signals), ["escapement.phase"]);
 }
+
+#[test]
+fn an_unmapped_event_named_like_a_well_known_type_is_repaired_or_marked_invalid() {
+    // Found by fuzzing: the event kept its name, `user.move`, without the payload sajou's
+    // schema requires for it.
+    let out = decode_one(event("user.move", json!({"invokeid": "host", "text": "x"})));
+    assert_eq!(kinds(&out), ["invalid.user.move"]);
+    let out = decode_one(event(
+        "text_delta",
+        json!({"invokeid": "host", "agentId": "a", "content": "hi"}),
+    ));
+    assert_eq!(kinds(&out), ["text_delta"]);
+}

@@ -3,12 +3,15 @@
 //!
 //! Input lines are decoded as generic envelopes (an object with a string `type` is an
 //! envelope, one without is an `event` with the object as payload): a bad line becomes an
-//! `error` signal and a bad-input count, never a crash. Outputs write one JSON envelope per
-//! line.
+//! `error` signal and a bad-input count, never a crash; so does a line longer than
+//! `max_line_bytes` (1 MiB by default), which is skipped up to its newline without being
+//! kept in memory. Outputs write one JSON envelope per line.
 
+mod lines;
 mod output;
 mod source;
 
+pub use lines::{BoundedLines, BoundedNdjson, DEFAULT_MAX_LINE_BYTES, Line, MAX_LINE_BYTES_LIMIT};
 pub use output::{FileOutputConfig, LineFormat, StdoutConfig};
 pub use source::{FileFormat, FileSourceConfig, StdinConfig};
 
@@ -58,7 +61,8 @@ pub const ADAPTER: Adapter = Adapter {
     probes: &[],
 };
 
-/// The decoder `patchbay parse --protocol sajou` drives: generic NDJSON envelopes.
+/// The decoder `patchbay parse --protocol sajou` drives: generic NDJSON envelopes, lines
+/// up to [`DEFAULT_MAX_LINE_BYTES`].
 pub fn parse_decoder(source: &str) -> Box<dyn patchbay_signal::decode::StreamDecoder> {
-    Box::new(patchbay_signal::decode::NdjsonDecoder::new(source))
+    Box::new(BoundedNdjson::new(source, DEFAULT_MAX_LINE_BYTES))
 }

@@ -4,12 +4,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use patchbay_graph::{BoxFuture, ComponentError, Diagnostic, Options, Source, SourceContext};
-use patchbay_signal::decode::{NdjsonDecoder, StreamDecoder, is_scenario_line};
+use patchbay_signal::decode::{StreamDecoder, is_scenario_line};
 use patchbay_signal::normalize::{Decoded, Normalizer};
 use patchbay_signal::now_ms;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::lines::{
+    BoundedLines, BoundedNdjson, DEFAULT_MAX_LINE_BYTES, Line, MAX_LINE_BYTES_LIMIT, too_long,
+};
 
 /// How a `file` source reads its lines.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
@@ -42,6 +46,16 @@ pub struct FileSourceConfig {
     /// Start again from the top when the file ends (the source then never ends).
     #[serde(default, rename = "loop")]
     pub repeat: bool,
+    /// The longest line accepted, in bytes (default 1048576, 1 MiB; from 1 to 67108864,
+    /// 64 MiB). A longer one becomes an `error` signal (`code: "bad_frame"`, its first
+    /// bytes in `metadata.raw`) and is skipped up to its newline, without being kept in
+    /// memory; reading goes on with the next line.
+    #[serde(default = "default_max_line_bytes")]
+    pub max_line_bytes: usize,
+}
+
+fn default_max_line_bytes() -> usize {
+    DEFAULT_MAX_LINE_BYTES
 }
 
 /// The slowest replay: each delay times 1000 (with the one-day bound on a delay, a wait
@@ -55,7 +69,14 @@ fn default_speed() -> f64 {
 /// `[sources.NAME] type = "stdin"`: NDJSON envelopes from standard input.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StdinConfig {}
+pub struct StdinConfig {
+    /// The longest line accepted, in bytes (default 1048576, 1 MiB; from 1 to 67108864,
+    /// 64 MiB). A longer one becomes an `error` signal (`code: "bad_frame"`, its first
+    /// bytes in `metadata.raw`) and is skipped up to its newline, without being kept in
+    /// memory; reading goes on with the next line.
+    #[serde(default = "default_max_line_bytes")]
+    pub max_line_bytes: usize,
+}
 
 pub(crate) fn build_file(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     let mut config: FileSourceConfig = options.parse()?;
@@ -69,12 +90,22 @@ pub(crate) fn build_file(options: &Options<'_>) -> Result<Box<dyn Source>, Diagn
     if options.has("speed") && config.format != FileFormat::Scenario {
         return Err(options.error_at("speed", "`speed` applies to `format = \"scenario\"` only"));
     }
+    options.check_range(
+        "max_line_bytes",
+        config.max_line_bytes,
+        1..=MAX_LINE_BYTES_LIMIT,
+    )?;
     Ok(Box::new(FileSource { config }))
 }
 
 pub(crate) fn build_stdin(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
-    let _: StdinConfig = options.parse()?;
-    Ok(Box::new(StdinSource))
+    let config: StdinConfig = options.parse()?;
+    options.check_range(
+        "max_line_bytes",
+        config.max_line_bytes,
+        1..=MAX_LINE_BYTES_LIMIT,
+    )?;
+    Ok(Box::new(StdinSource { config }))
 }
 
 struct FileSource {
@@ -98,12 +129,13 @@ impl Source for FileSource {
                     .await
                     .map_err(|e| format!("{}: {e}", self.config.path.display()))?;
                 cx.started();
+                let max = self.config.max_line_bytes;
                 let done = match self.config.format {
                     FileFormat::Signals => {
-                        read_signals(file, NdjsonDecoder::new(source.clone()), &cx).await?
+                        read_signals(file, BoundedNdjson::new(source.clone(), max), &cx).await?
                     }
                     FileFormat::Scenario => {
-                        replay_scenario(file, &source, self.config.speed, &cx).await?
+                        replay_scenario(file, &source, self.config.speed, max, &cx).await?
                     }
                 };
                 if !done || !self.config.repeat {
@@ -114,7 +146,9 @@ impl Source for FileSource {
     }
 }
 
-struct StdinSource;
+struct StdinSource {
+    config: StdinConfig,
+}
 
 impl Source for StdinSource {
     fn is_finite(&self) -> bool {
@@ -124,7 +158,8 @@ impl Source for StdinSource {
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let source = format!("stdin:{}", cx.name());
-            read_signals(tokio::io::stdin(), NdjsonDecoder::new(source), &cx).await?;
+            let decoder = BoundedNdjson::new(source, self.config.max_line_bytes);
+            read_signals(tokio::io::stdin(), decoder, &cx).await?;
             Ok(())
         })
     }
@@ -133,7 +168,7 @@ impl Source for StdinSource {
 /// Reads NDJSON to the end; `Ok(false)` when stopped early (shutdown or graph gone).
 async fn read_signals(
     mut input: impl AsyncRead + Unpin,
-    mut decoder: NdjsonDecoder,
+    mut decoder: BoundedNdjson,
     cx: &SourceContext,
 ) -> Result<bool, ComponentError> {
     let mut buf = vec![0u8; 64 * 1024];
@@ -176,56 +211,115 @@ fn scenario_delay(line: &serde_json::Map<String, Value>) -> Result<i64, String> 
 }
 
 async fn replay_scenario(
-    file: tokio::fs::File,
+    mut file: tokio::fs::File,
     source: &str,
     speed: f64,
+    max_line_bytes: usize,
     cx: &SourceContext,
 ) -> Result<bool, ComponentError> {
-    let mut lines = BufReader::new(file).lines();
+    let mut lines = BoundedLines::new(max_line_bytes);
+    let mut buf = vec![0u8; 64 * 1024];
+    // The lines of one read, owned (each may wait for its delay); `Err` for a line too long.
+    let mut ready: Vec<Result<String, Vec<u8>>> = Vec::new();
     let mut normalizer = Normalizer::new(source);
     let start = now_ms();
     let mut timeline = 0i64;
-    while let Some(line) = lines.next_line().await? {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let decoded = match serde_json::from_str::<Value>(&line) {
-            Ok(Value::Object(obj)) if is_scenario_line(&obj) => {
-                let delay = match scenario_delay(&obj) {
-                    Ok(delay) => delay,
-                    Err(why) => {
-                        let bad = Decoded::BadInput(normalizer.bad_input(&line, &why));
-                        if cx.emit_decoded(bad).await.is_err() {
-                            return Ok(false);
-                        }
-                        continue;
-                    }
-                };
-                let wait = delay as f64 * speed;
-                if wait > 0.0 {
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)) => {}
-                        () = cx.shutdown().wait() => return Ok(false),
-                    }
-                }
-                timeline = timeline.saturating_add(delay);
-                match normalizer.from_value(obj.get("signal").cloned().unwrap_or(Value::Null)) {
-                    Decoded::Signal(mut signal) => {
-                        signal.timestamp = start.saturating_add(timeline);
-                        Decoded::Signal(signal)
-                    }
-                    bad => bad,
-                }
-            }
-            Ok(_) => Decoded::BadInput(normalizer.bad_input(
-                &line,
-                "not a scenario line: expected {\"delayMs\": N, \"signal\": {…}}",
-            )),
-            Err(e) => Decoded::BadInput(normalizer.bad_input(&line, &format!("not JSON: {e}"))),
+    loop {
+        let n = tokio::select! {
+            n = file.read(&mut buf) => n?,
+            () = cx.shutdown().wait() => return Ok(false),
         };
-        if cx.emit_decoded(decoded).await.is_err() {
-            return Ok(false);
+        let mut push = |line: Line<'_>| {
+            ready.push(match line {
+                Line::Whole(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+                Line::TooLong(head) => Err(head.to_vec()),
+            })
+        };
+        if n == 0 {
+            lines.finish(&mut push);
+        } else {
+            lines.feed(&buf[..n], &mut push);
+        }
+        for line in ready.drain(..) {
+            let line = match line {
+                Ok(line) => line,
+                Err(head) => {
+                    let bad = Decoded::BadInput(too_long(&normalizer, max_line_bytes, &head));
+                    if cx.emit_decoded(bad).await.is_err() {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+            };
+            let decoded =
+                match replay_line(&line, &mut normalizer, speed, start, &mut timeline, cx).await {
+                    Replay::Emit(decoded) => *decoded,
+                    Replay::Blank => continue,
+                    Replay::Stopped => return Ok(false),
+                };
+            if cx.emit_decoded(decoded).await.is_err() {
+                return Ok(false);
+            }
+        }
+        if n == 0 {
+            return Ok(true);
         }
     }
-    Ok(true)
+}
+
+/// What one scenario line gives.
+enum Replay {
+    /// A signal (after its delay) or a bad line.
+    Emit(Box<Decoded>),
+    /// Nothing: a blank line.
+    Blank,
+    /// Shutdown came during the delay.
+    Stopped,
+}
+
+/// Replays one scenario line: waits its delay (times `speed`), stamps its signal on the
+/// scenario's timeline.
+async fn replay_line(
+    line: &str,
+    normalizer: &mut Normalizer,
+    speed: f64,
+    start: i64,
+    timeline: &mut i64,
+    cx: &SourceContext,
+) -> Replay {
+    if line.trim().is_empty() {
+        return Replay::Blank;
+    }
+    Replay::Emit(Box::new(match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(obj)) if is_scenario_line(&obj) => {
+            let delay = match scenario_delay(&obj) {
+                Ok(delay) => delay,
+                Err(why) => {
+                    return Replay::Emit(Box::new(Decoded::BadInput(
+                        normalizer.bad_input(line, &why),
+                    )));
+                }
+            };
+            let wait = delay as f64 * speed;
+            if wait > 0.0 {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)) => {}
+                    () = cx.shutdown().wait() => return Replay::Stopped,
+                }
+            }
+            *timeline = timeline.saturating_add(delay);
+            match normalizer.from_value(obj.get("signal").cloned().unwrap_or(Value::Null)) {
+                Decoded::Signal(mut signal) => {
+                    signal.timestamp = start.saturating_add(*timeline);
+                    Decoded::Signal(signal)
+                }
+                bad => bad,
+            }
+        }
+        Ok(_) => Decoded::BadInput(normalizer.bad_input(
+            line,
+            "not a scenario line: expected {\"delayMs\": N, \"signal\": {…}}",
+        )),
+        Err(e) => Decoded::BadInput(normalizer.bad_input(line, &format!("not JSON: {e}"))),
+    }))
 }

@@ -1,0 +1,6 @@
+//! OpenAI-compatible chat completion captures (SSE streams and whole bodies).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    patchbay_fuzz::stream(patchbay_openai::parse_decoder, data);
+});

@@ -1,0 +1,6 @@
+//! OpenClaw gateway frames (bare or recorded lines).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    patchbay_fuzz::stream(patchbay_openclaw::parse_decoder, data);
+});
