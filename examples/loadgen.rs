@@ -1,11 +1,15 @@
 //! Load generator for the sidecar: N signals in, S subscribers out.
 //!
 //! It measures patchbay and, in the same run, a plain WebSocket relay (every text frame a
-//! client sends goes to every other client, nothing else) as the floor:
+//! client sends goes to every other client, nothing else) as the floor, and Node-RED
+//! running the same pipeline (websocket in → json → switch on `payload.type` → change
+//! (forget the sender's session, so that the frame goes to every client) → websocket out)
+//! when it is installed:
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--rounds K] [--senders 4] [--client-queue N|default]
+//! npm install --prefix target/node-red node-red    # optional: adds Node-RED to the run
+//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--rounds K] [--senders 4] [--client-queue N|default] [--node-red PATH/red.js|none]
 //! ```
 //!
 //! The generator must not be the bottleneck: at full speed the signals are serialized
@@ -20,8 +24,13 @@
 //! second, and the server's peak resident memory (VmHWM). patchbay runs as
 //! `target/release/patchbay` with a sidecar fed by its own ingest; signals are sent on a
 //! WebSocket (`--via ws`, the default) or by HTTP POST (`--via post`). With `--rounds K`,
-//! every measurement runs K times (the relay and patchbay taking turns, each on a fresh
-//! server) and the table shows the median of each figure, with the range of the p99s.
+//! every measurement runs K times (the relay, patchbay and Node-RED taking turns, each on a
+//! fresh server) and the table shows the median of each figure, with the range of the p99s.
+//!
+//! Node-RED (`node` on the `PATH`, `red.js` from `--node-red`, by default where the `npm`
+//! line above puts it) gets a flow file written for the run; publishers connect to its
+//! `/in` and subscribers to its `/ws`. Its websocket out node writes without waiting for
+//! slow clients (it has no lossless mode), so its "delivered" column is what arrived.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -47,6 +56,8 @@ struct Options {
     senders: usize,
     /// The sidecar's `client_queue`; `None` leaves the default (1024).
     client_queue: Option<usize>,
+    /// Node-RED's `red.js`; `None` leaves Node-RED out.
+    node_red: Option<String>,
 }
 
 fn options() -> Options {
@@ -59,6 +70,7 @@ fn options() -> Options {
         rounds: 1,
         senders: 4,
         client_queue: Some(65536),
+        node_red: Some("target/node-red/node_modules/node-red/red.js".into()),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -83,6 +95,7 @@ fn options() -> Options {
                     n => Some(n.parse().expect("--client-queue N|default")),
                 }
             }
+            "--node-red" => o.node_red = (value != "none").then_some(value),
             other => panic!("unknown argument {other}"),
         }
         i += 2;
@@ -163,6 +176,10 @@ async fn relay(port: u16, capacity: usize) {
     }
 }
 
+/// Where publishers connect to the relay and to patchbay: `types` with no match, so they
+/// get nothing back.
+const PUBLISH_PATH: &str = "/ws?types=loadgen.none";
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -174,7 +191,11 @@ fn free_port() -> u16 {
 struct Server {
     child: Child,
     port: u16,
-    /// patchbay's config directory, removed with the server.
+    /// Where publishers connect: they receive nothing back.
+    publish_path: &'static str,
+    /// Node-RED registers its WebSocket paths only once its flow runs, after it listens.
+    wait_for_ws: bool,
+    /// patchbay's config directory (Node-RED's user directory), removed with the server.
     _config: Option<ScratchDir>,
 }
 
@@ -203,6 +224,55 @@ impl Server {
         Server {
             child,
             port,
+            publish_path: PUBLISH_PATH,
+            wait_for_ws: false,
+            _config: Some(dir),
+        }
+    }
+
+    /// Node-RED with the equivalent flow: the frame parsed (`json`), kept when its
+    /// `payload.type` is `text_delta` (`switch`), its publisher's session forgotten
+    /// (`change`: else `websocket out` answers the publisher only), serialized again to
+    /// every client of `/ws` (`websocket out`).
+    fn node_red(red_js: &str) -> Server {
+        let port = free_port();
+        let dir = ScratchDir::new("loadgen-node-red");
+        let flows = serde_json::json!([
+            {"id": "tab", "type": "tab", "label": "loadgen"},
+            {"id": "in_path", "type": "websocket-listener", "path": "/in", "wholemsg": "false"},
+            {"id": "out_path", "type": "websocket-listener", "path": "/ws", "wholemsg": "false"},
+            {"id": "in", "type": "websocket in", "z": "tab", "server": "in_path", "client": "", "wires": [["parse"]]},
+            {"id": "parse", "type": "json", "z": "tab", "property": "payload", "action": "obj", "pretty": false, "wires": [["deltas"]]},
+            {"id": "deltas", "type": "switch", "z": "tab", "property": "payload.type", "propertyType": "msg",
+             "rules": [{"t": "eq", "v": "text_delta", "vt": "str"}], "checkall": "true", "repair": false,
+             "outputs": 1, "wires": [["fanout"]]},
+            // A message that still names the publisher's session would go back to it only.
+            {"id": "fanout", "type": "change", "z": "tab",
+             "rules": [{"t": "delete", "p": "_session", "pt": "msg"}], "wires": [["out"]]},
+            {"id": "out", "type": "websocket out", "z": "tab", "server": "out_path", "client": "", "wires": []}
+        ]);
+        std::fs::write(dir.join("flows.json"), flows.to_string()).unwrap();
+        // No editor, no admin API, warnings only.
+        std::fs::write(
+            dir.join("settings.js"),
+            format!(
+                "module.exports = {{ uiPort: {port}, uiHost: \"127.0.0.1\", httpAdminRoot: false, flowFile: \"flows.json\", logging: {{ console: {{ level: \"warn\" }} }} }};\n"
+            ),
+        )
+        .unwrap();
+        let child = Command::new("node")
+            .arg(red_js)
+            .args(["--settings", dir.join("settings.js").to_str().unwrap()])
+            .args(["--userDir", dir.path().to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("node {red_js}: {e}"));
+        Server {
+            child,
+            port,
+            publish_path: "/in",
+            wait_for_ws: true,
             _config: Some(dir),
         }
     }
@@ -216,6 +286,8 @@ impl Server {
         Server {
             child,
             port,
+            publish_path: PUBLISH_PATH,
+            wait_for_ws: false,
             _config: None,
         }
     }
@@ -228,6 +300,17 @@ impl Server {
                 "server never came up"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        while self.wait_for_ws
+            && tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/ws", self.port))
+                .await
+                .is_err()
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "server never served /ws"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -314,6 +397,7 @@ fn signal(i: usize) -> String {
 /// `senders` connections at once, each writing every frame of a batch before one flush.
 async fn publish(
     port: u16,
+    path: &str,
     n: usize,
     rate: Option<u64>,
     via_post: bool,
@@ -353,8 +437,7 @@ async fn publish(
         }
         return Sending::done(started);
     }
-    // `types` with no match: the publishers get nothing back.
-    let url = format!("ws://127.0.0.1:{port}/ws?types=loadgen.none");
+    let url = format!("ws://127.0.0.1:{port}{path}");
     if let Some(mut pace) = pace {
         let (ws, _) = tokio_tungstenite::connect_async_with_config(&url, None, true)
             .await
@@ -451,6 +534,7 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
     let handles = subscribe(server.port, subs, o.signals).await;
     let sending = publish(
         server.port,
+        server.publish_path,
         o.signals,
         None,
         o.via_post && target == "patchbay",
@@ -468,6 +552,7 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
     let handles = subscribe(server.port, subs, paced).await;
     publish(
         server.port,
+        server.publish_path,
         paced,
         Some(o.rate),
         o.via_post && target == "patchbay",
@@ -518,14 +603,25 @@ async fn main() {
         "| target | subscribers | signals/s (each subscriber) | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB |"
     );
     println!("|---|---|---|---|---|---|---|---|");
+    let node_red = o.node_red.clone().filter(|path| {
+        let found = std::path::Path::new(path).exists();
+        if !found {
+            println!("(Node-RED left out: no {path}; see the module's doc)");
+        }
+        found
+    });
+    let mut targets = vec!["relay", "patchbay"];
+    if node_red.is_some() {
+        targets.push("node-red");
+    }
     for &subs in &o.subscribers {
-        let mut rows: [Vec<Row>; 2] = [Vec::new(), Vec::new()];
+        let mut rows: Vec<Vec<Row>> = targets.iter().map(|_| Vec::new()).collect();
         for _ in 0..o.rounds {
-            for (i, target) in ["relay", "patchbay"].into_iter().enumerate() {
-                let server = if target == "relay" {
-                    Server::relay(o.signals.max(65536))
-                } else {
-                    Server::patchbay(&o.patchbay, o.client_queue)
+            for (i, &target) in targets.iter().enumerate() {
+                let server = match target {
+                    "relay" => Server::relay(o.signals.max(65536)),
+                    "patchbay" => Server::patchbay(&o.patchbay, o.client_queue),
+                    _ => Server::node_red(node_red.as_deref().unwrap_or_default()),
                 };
                 rows[i].push(measure(&server, target, subs, &o).await);
             }
@@ -535,8 +631,11 @@ async fn main() {
             values.sort_by(f64::total_cmp);
             values[values.len() / 2]
         };
-        let ratio = throughput(&rows[1]) / throughput(&rows[0]);
-        for (target, runs) in ["relay", "patchbay"].into_iter().zip(rows) {
+        let ratios: Vec<f64> = rows
+            .iter()
+            .map(|runs| throughput(runs) / throughput(&rows[0]))
+            .collect();
+        for (target, runs) in targets.iter().zip(rows) {
             let median = |f: fn(&Row) -> f64| {
                 let mut values: Vec<f64> = runs.iter().map(f).collect();
                 values.sort_by(f64::total_cmp);
@@ -559,6 +658,8 @@ async fn main() {
                 median(|r| r.peak_mb),
             );
         }
-        println!("| patchbay / relay | {subs} | {ratio:.2}× | | | | | |");
+        for (target, ratio) in targets.iter().zip(&ratios).skip(1) {
+            println!("| {target} / relay | {subs} | {ratio:.2}× | | | | | |");
+        }
     }
 }

@@ -392,7 +392,7 @@ impl MessagesDecoder {
             source: self.source.clone(),
             correlation_id: self.correlation(),
             metadata: None,
-            payload,
+            payload: payload.into(),
         }
     }
 

@@ -322,7 +322,7 @@ fn parse_is_split_insensitive() {
             o.iter()
                 .map(|d| {
                     let s = d.clone().into_signal();
-                    (d.is_bad(), s.kind, s.payload)
+                    (d.is_bad(), s.kind, s.payload.into())
                 })
                 .collect()
         };

@@ -136,7 +136,7 @@ pub fn readable_line(signal: &Signal, out: &mut String) {
         signal.kind,
         signal.source
     );
-    let p = &signal.payload;
+    let p: &patchbay_signal::Object = &signal.payload;
     let text = [
         "content",
         "message",

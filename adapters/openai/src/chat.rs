@@ -307,7 +307,7 @@ impl ChatDecoder {
             source: self.source.clone(),
             correlation_id: self.stream.id.clone(),
             metadata: None,
-            payload,
+            payload: payload.into(),
         }
     }
 

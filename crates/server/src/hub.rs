@@ -87,7 +87,12 @@ impl Frame {
         );
         out.extend_from_slice(b",\"payload\":");
         let payload_at = out.len();
-        put(&mut out, &s.payload);
+        // A payload that arrived as compact JSON and passed unread is copied as it came
+        // (the same bytes as serializing its tree).
+        match s.payload.raw_json() {
+            Some(raw) => out.extend_from_slice(raw.as_bytes()),
+            None => put(&mut out, &*s.payload),
+        }
         out.push(b'}');
         Frame {
             seq,

@@ -7,6 +7,7 @@
 use patchbay_signal::normalize::{Normalizer, type_error};
 use patchbay_signal::{Object, Signal, control};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Why a frame or body could not be used; the text is sent back to the peer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,25 +117,31 @@ fn answer_frame(normalizer: &Normalizer, mut obj: Object) -> Result<Signal, BadF
 
 /// Parses a POST body: one envelope or an array of envelopes. Errors name what is wrong
 /// (with the array index).
+///
+/// Each element is read as a WebSocket frame is (an envelope straight into a signal, its
+/// payload kept as text when it can be), not built as a tree first.
 pub fn body_to_signals(normalizer: &mut Normalizer, body: &[u8]) -> Result<Vec<Signal>, BadFrame> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
+    let not_json = |e: serde_json::Error| {
         if body.iter().all(u8::is_ascii_whitespace) {
             BadFrame("empty body: expected a signal envelope or an array of them".into())
         } else {
             BadFrame(format!("body is not JSON: {e}"))
         }
-    })?;
-    match value {
-        Value::Array(items) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| {
-                value_to_signal(normalizer, v)
-                    .map_err(|BadFrame(m)| BadFrame(format!("[{i}]: {m}")))
-            })
-            .collect(),
-        other => value_to_signal(normalizer, other).map(|s| vec![s]),
+    };
+    let value: &RawValue = serde_json::from_slice(body).map_err(not_json)?;
+    let text = value.get();
+    if !text.starts_with('[') {
+        return ui_frame_to_signal(normalizer, text).map(|s| vec![s]);
     }
+    let items: Vec<&RawValue> = serde_json::from_str(text).map_err(not_json)?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            ui_frame_to_signal(normalizer, item.get())
+                .map_err(|BadFrame(m)| BadFrame(format!("[{i}]: {m}")))
+        })
+        .collect()
 }
 
 fn json_kind(v: &Value) -> &'static str {

@@ -13,6 +13,7 @@ pub mod decode;
 mod id;
 pub mod normalize;
 pub mod path;
+pub mod payload;
 pub mod well_known;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use id::next_id;
+pub use payload::LazyObject;
 
 /// A JSON object, as used for payloads and metadata.
 pub type Object = Map<String, Value>;
@@ -56,7 +58,7 @@ pub type SharedSignal = Arc<Signal>;
 ///
 /// Serializes to the exact JSON shape of sajou's signal schema; `correlationId` and
 /// `metadata` are omitted when absent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct Signal {
     /// Unique per patchbay process and sortable by creation time (see [`next_id`]).
     pub id: String,
@@ -78,9 +80,25 @@ pub struct Signal {
     /// Adapter extras that the payload schema does not allow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Object>,
-    /// The typed payload: its shape depends on `kind`.
+    /// The typed payload: its shape depends on `kind`. Read and changed as an [`Object`];
+    /// a payload that arrived as compact JSON keeps its text until something reads it
+    /// (see [`LazyObject`]).
     #[serde(default)]
-    pub payload: Object,
+    pub payload: LazyObject,
+}
+
+impl Clone for Signal {
+    fn clone(&self) -> Self {
+        Signal {
+            id: self.id.clone(),
+            kind: self.kind.clone(),
+            timestamp: self.timestamp,
+            source: self.source.clone(),
+            correlation_id: self.correlation_id.clone(),
+            metadata: self.metadata.clone(),
+            payload: self.payload.duplicate(),
+        }
+    }
 }
 
 impl Signal {
@@ -93,7 +111,7 @@ impl Signal {
             source: source.into(),
             correlation_id: None,
             metadata: None,
-            payload,
+            payload: payload.into(),
         }
     }
 
@@ -128,13 +146,45 @@ impl Signal {
     /// Serializes the envelope to compact JSON.
     pub fn to_json(&self) -> String {
         // A Signal holds only strings, integers and JSON values: serialization cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        let Some(payload) = self.payload.raw_json() else {
+            return serde_json::to_string(self).unwrap_or_default();
+        };
+        // The payload is the last field: the envelope without it, then its text (the same
+        // bytes as serializing its tree).
+        let head = Head {
+            id: &self.id,
+            kind: &self.kind,
+            timestamp: self.timestamp,
+            source: &self.source,
+            correlation_id: self.correlation_id.as_deref(),
+            metadata: self.metadata.as_ref(),
+        };
+        let mut out = serde_json::to_string(&head).unwrap_or_default();
+        out.pop();
+        out.push_str(",\"payload\":");
+        out.push_str(payload);
+        out.push('}');
+        out
     }
 
     /// The envelope as a JSON value.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
+}
+
+/// A signal's envelope without its payload, serialized as [`Signal`] serializes it.
+#[derive(Serialize)]
+struct Head<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    timestamp: i64,
+    source: &'a str,
+    #[serde(rename = "correlationId", skip_serializing_if = "Option::is_none")]
+    correlation_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a Object>,
 }
 
 /// Current wall-clock time in epoch milliseconds.

@@ -14,9 +14,10 @@
 //!   an event clock.
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::well_known::{self, ErrorPayload, Payload, Severity};
-use crate::{Object, Signal, next_id, now_ms, truncate};
+use crate::{LazyObject, Object, Signal, next_id, now_ms, truncate};
 
 /// How much of a bad frame is kept in `metadata.raw`.
 pub const RAW_KEEP: usize = 512;
@@ -83,10 +84,11 @@ impl Normalizer {
 
     /// Decodes `text` when it is a JSON envelope (an object with a string `type`), exactly
     /// as [`from_value`](Normalizer::from_value) would, without building the envelope's
-    /// own object first (its fields go straight into the signal; only `payload`,
-    /// `metadata` and unknown fields become JSON values). `None` for anything else (other
-    /// JSON, or text that is not JSON): the caller takes the general path, which words
-    /// the errors.
+    /// own object first (its fields go straight into the signal; only `metadata` and
+    /// unknown fields become JSON values, and the `payload` keeps its text when it is
+    /// compact JSON as `serde_json` writes it: see [`LazyObject`]). `None` for anything
+    /// else (other JSON, or text that is not JSON): the caller takes the general path,
+    /// which words the errors.
     pub fn envelope_from_str(&mut self, text: &str) -> Option<Signal> {
         if !text.trim_start().starts_with('{') {
             return None;
@@ -140,7 +142,7 @@ impl Normalizer {
             source: self.source.clone(),
             correlation_id: None,
             metadata: None,
-            payload,
+            payload: payload.into(),
         }
     }
 
@@ -157,7 +159,7 @@ impl Normalizer {
             source: obj.shift_remove("source"),
             correlation_id: obj.shift_remove("correlationId"),
             metadata: obj.shift_remove("metadata"),
-            payload: obj.shift_remove("payload"),
+            payload: obj.shift_remove("payload").map(PayloadField::Tree),
             rest: obj,
         };
         self.build(fields)
@@ -223,12 +225,13 @@ impl Normalizer {
             }
         };
         let payload = match payload {
-            Some(Value::Object(p)) => p,
-            None | Some(Value::Null) => Object::new(),
-            Some(other) => {
+            Some(PayloadField::Text(p)) => p,
+            Some(PayloadField::Tree(Value::Object(p))) => p.into(),
+            None | Some(PayloadField::Tree(Value::Null)) => LazyObject::new(),
+            Some(PayloadField::Tree(other)) => {
                 let mut p = Object::new();
                 p.insert("value".into(), other);
-                p
+                p.into()
             }
         };
         unknown.extend(rest);
@@ -259,9 +262,15 @@ struct Fields {
     source: Option<Value>,
     correlation_id: Option<Value>,
     metadata: Option<Value>,
-    payload: Option<Value>,
+    payload: Option<PayloadField>,
     /// Every other field, in the producer's order.
     rest: Object,
+}
+
+/// An envelope's `payload`: an object kept as its text, or any value as a tree.
+enum PayloadField {
+    Text(LazyObject),
+    Tree(Value),
 }
 
 /// A top-level JSON object read as an envelope's fields: `None` when its `type` is not a
@@ -336,6 +345,19 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                     rest: Object::new(),
                 };
                 while let Some(key) = map.next_key::<Key>()? {
+                    if let Key::Payload = key {
+                        // Kept as text when it can be (most payloads pass unread); any
+                        // other value is read as the general path reads it.
+                        let raw: &RawValue = map.next_value()?;
+                        fields.payload = Some(match LazyObject::from_json(raw.get()) {
+                            Some(lazy) => PayloadField::Text(lazy),
+                            None => PayloadField::Tree(
+                                serde_json::from_str(raw.get())
+                                    .map_err(serde::de::Error::custom)?,
+                            ),
+                        });
+                        continue;
+                    }
                     let value: Value = map.next_value()?;
                     match key {
                         Key::Type => kind = Some(value),
@@ -344,7 +366,7 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                         Key::Source => fields.source = Some(value),
                         Key::CorrelationId => fields.correlation_id = Some(value),
                         Key::Metadata => fields.metadata = Some(value),
-                        Key::Payload => fields.payload = Some(value),
+                        Key::Payload => {}
                         Key::Other(name) => {
                             fields.rest.insert(name, value);
                         }
@@ -522,6 +544,49 @@ mod tests {
             .from_value(json!({"type":"x","zeta":1,"id":{},"alpha":2,"mid":3}))
             .into_signal();
         assert_eq!(slow.meta("unknown"), s.meta("unknown"));
+    }
+
+    #[test]
+    fn a_compact_payload_is_kept_as_text_until_read() {
+        let payload = r#"{"agentId":"a","content":"hi \"x\"","index":3}"#;
+        let text = format!(r#"{{"type":"text_delta","timestamp":1,"payload":{payload}}}"#);
+        let s = n().decode_text(&text).unwrap().into_signal();
+        assert_eq!(s.payload.raw_json(), Some(payload));
+        assert!(
+            !s.payload.is_parsed(),
+            "a valid well-known payload is checked on its text"
+        );
+        let tree = n()
+            .from_value(serde_json::from_str(&text).unwrap())
+            .into_signal();
+        assert_eq!(s.payload, tree.payload);
+        assert!(s.to_json().ends_with(&format!(r#","payload":{payload}}}"#)));
+        assert_eq!(
+            s.to_json().replace(&s.id, ""),
+            tree.to_json().replace(&tree.id, "")
+        );
+
+        // An invalid one is repaired on its tree, as before.
+        let s = n()
+            .decode_text(r#"{"type":"text_delta","payload":{"content":"x","foo":1}}"#)
+            .unwrap()
+            .into_signal();
+        assert_eq!(s.payload.raw_json(), None);
+        assert_eq!(s.payload["agentId"], "test:n");
+        assert_eq!(s.meta("extra").unwrap()["foo"], 1);
+        // Text that serde_json would write otherwise becomes a tree at once.
+        for text in [
+            r#"{"type":"x","payload":{"a": 1}}"#,
+            r#"{"type":"x","payload":{"a":1,"a":2}}"#,
+            r#"{"type":"x","payload":{"a":"\u0041"}}"#,
+        ] {
+            let s = n().decode_text(text).unwrap().into_signal();
+            assert_eq!(s.payload.raw_json(), None, "{text}");
+            let tree = n()
+                .from_value(serde_json::from_str(text).unwrap())
+                .into_signal();
+            assert_eq!(s.payload, tree.payload, "{text}");
+        }
     }
 
     #[test]

@@ -198,7 +198,7 @@ impl Path {
                     .and_then(|c| scalar(Found::Str(c)));
             }
             Root::Metadata => signal.metadata.as_ref()?,
-            Root::Payload => &signal.payload,
+            Root::Payload => &*signal.payload,
         };
         let Some((first, rest)) = self.segments.split_first() else {
             return Some(Found::Map(map));
@@ -228,10 +228,10 @@ impl Path {
                 return signal.metadata.take().map(Value::Object);
             }
             Root::Payload if self.segments.is_empty() => {
-                return Some(Value::Object(std::mem::take(&mut signal.payload)));
+                return Some(std::mem::take(&mut signal.payload).into());
             }
             Root::Metadata => signal.metadata.as_mut()?,
-            Root::Payload => &mut signal.payload,
+            Root::Payload => &mut *signal.payload,
         };
         let (last, parents) = self.segments.split_last()?;
         let Some((first, rest)) = parents.split_first() else {
@@ -292,13 +292,13 @@ impl Path {
             }
             Root::Payload if self.segments.is_empty() => {
                 match value {
-                    Value::Object(o) => signal.payload = o,
+                    Value::Object(o) => signal.payload = o.into(),
                     _ => return Err(wrong("an object")),
                 }
                 return Ok(());
             }
             Root::Metadata => signal.metadata_mut(),
-            Root::Payload => &mut signal.payload,
+            Root::Payload => &mut *signal.payload,
         };
         let (last, parents) = self
             .segments

@@ -422,6 +422,37 @@ fn fits(kind: Kind, v: &Value) -> bool {
     }
 }
 
+/// Whether a payload given as canonical JSON text (a kept payload's) is valid for the
+/// fields of its type: the same verdict as [`check`] on its tree. `false` also when the
+/// text cannot be read field by field (then the tree decides).
+fn fits_text(fields: &[Field], raw: &str) -> bool {
+    let fits_value = |kind: Kind, value: &str| match kind {
+        Kind::Str => value.starts_with('"'),
+        Kind::Bool => value == "true" || value == "false",
+        Kind::Obj => value.starts_with('{'),
+        _ => serde_json::from_str::<Value>(value).is_ok_and(|v| fits(kind, &v)),
+    };
+    // Which fields were seen (a spec has fewer than 64; keys are unique in canonical
+    // text). Keys are compared as written: a field name has no character that needs
+    // escaping, so a key with an escape is never one of them (and is unknown, as for
+    // `check`).
+    let mut seen = 0u64;
+    let all_fit = crate::payload::fields_of_canonical(raw, |key, value| {
+        match fields.iter().position(|f| f.name == key) {
+            Some(i) if i < 64 && fits_value(fields[i].kind, value) => {
+                seen |= 1 << i;
+                true
+            }
+            _ => false,
+        }
+    });
+    all_fit
+        && fields
+            .iter()
+            .enumerate()
+            .all(|(i, f)| !f.required || seen & (1 << i) != 0)
+}
+
 /// Why a payload is not valid for its well-known type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
@@ -502,6 +533,12 @@ pub fn repair(signal: &mut Signal) -> bool {
     let Some(fields) = spec(&signal.kind) else {
         return false;
     };
+    // A payload kept as text is checked on its text: a valid one is not built as a tree.
+    if let Some(raw) = signal.payload.raw_json()
+        && fits_text(fields, raw)
+    {
+        return false;
+    }
     if check(&signal.kind, &signal.payload).is_ok() {
         return false;
     }
@@ -623,6 +660,74 @@ mod tests {
         repair(&mut s);
         assert_eq!(s.kind, "tool_call");
         assert_eq!(s.meta("extra").unwrap()["input"], "not an object");
+    }
+
+    #[test]
+    fn a_payload_kept_as_text_gets_the_verdict_of_its_tree() {
+        let cases = [
+            ("text_delta", r#"{"agentId":"a","content":"x"}"#),
+            ("text_delta", r#"{"agentId":"a","content":"x","index":3}"#),
+            ("text_delta", r#"{"agentId":"a"}"#),
+            ("text_delta", r#"{"agentId":1,"content":"x"}"#),
+            (
+                "text_delta",
+                r#"{"agentId":"a","content":"x","extra":true}"#,
+            ),
+            ("text_delta", r#"{"agent\"Id":"a","content":"x"}"#),
+            (
+                "token_usage",
+                r#"{"agentId":"a","promptTokens":3,"completionTokens":4.0}"#,
+            ),
+            (
+                "token_usage",
+                r#"{"agentId":"a","promptTokens":-3,"completionTokens":4}"#,
+            ),
+            (
+                "token_usage",
+                r#"{"agentId":"a","promptTokens":3,"completionTokens":4,"cost":0.5}"#,
+            ),
+            (
+                "token_usage",
+                r#"{"agentId":"a","promptTokens":3,"completionTokens":4,"cost":"x"}"#,
+            ),
+            (
+                "agent_state_change",
+                r#"{"agentId":"a","from":"idle","to":"done"}"#,
+            ),
+            (
+                "agent_state_change",
+                r#"{"agentId":"a","from":"idle","to":"flying"}"#,
+            ),
+            (
+                "tool_call",
+                r#"{"toolName":"t","agentId":"a","input":{"k":[1]}}"#,
+            ),
+            ("tool_call", r#"{"toolName":"t","agentId":"a","input":[1]}"#),
+            (
+                "tool_result",
+                r#"{"toolName":"t","agentId":"a","success":false}"#,
+            ),
+            (
+                "tool_result",
+                r#"{"toolName":"t","agentId":"a","success":null}"#,
+            ),
+            ("user.click", r#"{"target":"b","position":{"x":1,"y":2.5}}"#),
+            ("user.click", r#"{"target":"b","position":{"x":1}}"#),
+            ("user.zone", r#"{"bounds":{"x":0,"y":0,"w":1,"h":-1}}"#),
+            (
+                "user.zone",
+                r#"{"bounds":{"x":0,"y":0,"w":1,"h":1},"intent":"i"}"#,
+            ),
+        ];
+        for (kind, text) in cases {
+            let tree: Object = serde_json::from_str(text).unwrap();
+            assert!(crate::payload::is_canonical_object(text), "{text}");
+            assert_eq!(
+                fits_text(spec(kind).unwrap(), text),
+                check(kind, &tree).is_ok(),
+                "{kind} {text}"
+            );
+        }
     }
 
     #[test]

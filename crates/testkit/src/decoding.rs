@@ -76,7 +76,7 @@ pub fn comparable(decoded: &Decoded) -> (bool, String, Option<String>, String, S
         bad,
         s.kind,
         s.correlation_id,
-        Value::Object(s.payload).to_string(),
+        Value::from(s.payload).to_string(),
         s.metadata
             .map(|m| Value::Object(m).to_string())
             .unwrap_or_default(),

@@ -1,0 +1,592 @@
+//! A payload that keeps the producer's JSON text and builds its tree only when read.
+//!
+//! Most signals pass through the graph without anyone reading their payload (a `when` on
+//! the type, a sidecar that forwards them), yet building a `serde_json` tree (an ordered
+//! map per object, a `String` per key and per string) is the largest cost of taking a
+//! signal in. A [`LazyObject`] made from JSON text keeps the text and builds the tree on
+//! first read; writers that emit JSON ([`LazyObject::raw_json`]) copy the text as it is.
+//!
+//! The text is only kept when it is exactly what `serde_json` would write for the tree it
+//! parses to ([`is_canonical_object`]): compact, no duplicate keys, strings escaped as
+//! `serde_json` escapes them, numbers as `serde_json` prints them. So splicing the text
+//! gives the same bytes as serializing the tree would: key order, escapes and numbers are
+//! unchanged, and nothing downstream can tell the difference. Any other text (pretty
+//! printed, `\u` escapes, `1E3`, repeated keys) takes the tree path, as before.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::Object;
+
+/// A JSON object, kept as its canonical JSON text until something reads it.
+///
+/// Reads go through [`Deref`] to an [`Object`] (parsed once, on first use, and kept);
+/// any mutable access ([`DerefMut`]) builds the tree and forgets the text, so the text is
+/// never stale. Equality, `Debug` and serialization are those of the object.
+pub struct LazyObject {
+    /// The object's JSON text, exactly as `serde_json` would write the tree; `None` once
+    /// the object may have been changed (or when it was made from a tree).
+    raw: Option<Box<str>>,
+    /// The tree: set from the start when there is no text, built on first read otherwise.
+    tree: OnceLock<Object>,
+}
+
+impl LazyObject {
+    /// An empty object.
+    pub fn new() -> Self {
+        LazyObject {
+            raw: None,
+            tree: OnceLock::from(Object::new()),
+        }
+    }
+
+    /// Keeps `text` as an object's JSON text when it is exactly what `serde_json` writes
+    /// for the object it parses to (see [`is_canonical_object`]); `None` otherwise (the
+    /// caller parses it into a tree).
+    pub fn from_json(text: &str) -> Option<Self> {
+        is_canonical_object(text).then(|| LazyObject {
+            raw: Some(text.into()),
+            tree: OnceLock::new(),
+        })
+    }
+
+    /// The object's compact JSON text, when it is kept (made by
+    /// [`from_json`](LazyObject::from_json) and not changed since): the same bytes as
+    /// serializing the object with `serde_json`.
+    pub fn raw_json(&self) -> Option<&str> {
+        self.raw.as_deref()
+    }
+
+    /// Whether the tree has been built (for tests and measurements).
+    pub fn is_parsed(&self) -> bool {
+        self.tree.get().is_some()
+    }
+
+    /// The object as a tree, built now if it was not.
+    pub fn into_object(self) -> Object {
+        match self.tree.into_inner() {
+            Some(tree) => tree,
+            None => parse(self.raw.as_deref()),
+        }
+    }
+
+    fn tree(&self) -> &Object {
+        self.tree.get_or_init(|| parse(self.raw.as_deref()))
+    }
+}
+
+/// Parses text that [`is_canonical_object`] accepted: it cannot fail.
+fn parse(raw: Option<&str>) -> Object {
+    raw.and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or_default()
+}
+
+impl Default for LazyObject {
+    fn default() -> Self {
+        LazyObject::new()
+    }
+}
+
+impl Deref for LazyObject {
+    type Target = Object;
+
+    fn deref(&self) -> &Object {
+        self.tree()
+    }
+}
+
+impl DerefMut for LazyObject {
+    fn deref_mut(&mut self) -> &mut Object {
+        if let Some(raw) = self.raw.take()
+            && self.tree.get().is_none()
+        {
+            self.tree = OnceLock::from(parse(Some(&raw)));
+        }
+        if self.tree.get().is_none() {
+            self.tree = OnceLock::from(Object::new());
+        }
+        // Set just above when it was not.
+        self.tree.get_mut().expect("the tree is set")
+    }
+}
+
+impl From<Object> for LazyObject {
+    fn from(tree: Object) -> Self {
+        LazyObject {
+            raw: None,
+            tree: OnceLock::from(tree),
+        }
+    }
+}
+
+impl From<LazyObject> for Object {
+    fn from(lazy: LazyObject) -> Self {
+        lazy.into_object()
+    }
+}
+
+impl From<LazyObject> for Value {
+    fn from(lazy: LazyObject) -> Self {
+        Value::Object(lazy.into_object())
+    }
+}
+
+impl LazyObject {
+    /// A copy: the text alone when the text is kept (the copy builds its own tree if it
+    /// is read), else the tree.
+    ///
+    /// (`LazyObject` is not `Clone` on purpose: `payload.clone()` keeps meaning a copy of
+    /// the [`Object`], through `Deref`, as it did when payloads were plain objects.)
+    pub fn duplicate(&self) -> Self {
+        match &self.raw {
+            // The text is enough: the copy builds its own tree if it is read.
+            Some(raw) => LazyObject {
+                raw: Some(raw.clone()),
+                tree: OnceLock::new(),
+            },
+            None => LazyObject::from(self.tree().clone()),
+        }
+    }
+}
+
+impl PartialEq for LazyObject {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl PartialEq<Object> for LazyObject {
+    fn eq(&self, other: &Object) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<LazyObject> for Object {
+    fn eq(&self, other: &LazyObject) -> bool {
+        *self == **other
+    }
+}
+
+impl fmt::Debug for LazyObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl Serialize for LazyObject {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.tree().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for LazyObject {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Object::deserialize(deserializer).map(LazyObject::from)
+    }
+}
+
+impl<'a> IntoIterator for &'a LazyObject {
+    type Item = (&'a String, &'a Value);
+    type IntoIter = serde_json::map::Iter<'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.tree().iter()
+    }
+}
+
+/// Nesting deeper than this is left to `serde_json` (which refuses beyond 128 levels).
+const MAX_DEPTH: usize = 64;
+/// Objects with more keys than this are left to the tree path (duplicate keys are looked
+/// for pairwise).
+const MAX_KEYS: usize = 64;
+
+/// Whether `text` is a JSON object written exactly as `serde_json` writes the object it
+/// parses to (with `preserve_order`): no whitespace between tokens, no repeated key in
+/// any object, strings with only the escapes `serde_json` writes (`\"`, `\\`, `\b`, `\f`,
+/// `\n`, `\r`, `\t`; no `\u`, no `\/`), numbers as `serde_json` prints them.
+///
+/// ```
+/// use patchbay_signal::payload::is_canonical_object;
+/// assert!(is_canonical_object(r#"{"b":1,"a":[true,null,"x\n"],"c":{"d":-2.5}}"#));
+/// assert!(!is_canonical_object(r#"{"a": 1}"#));
+/// assert!(!is_canonical_object(r#"{"a":1,"a":2}"#));
+/// assert!(!is_canonical_object(r#"{"a":1E3}"#));
+/// assert!(!is_canonical_object(r#"{"a":"\u0041"}"#));
+/// ```
+pub fn is_canonical_object(text: &str) -> bool {
+    let mut scan = Scan {
+        bytes: text.as_bytes(),
+        at: 0,
+        keys: Vec::new(),
+        depth: 0,
+    };
+    scan.peek() == Some(b'{') && scan.value() && scan.at == scan.bytes.len()
+}
+
+/// Calls `visit` with each top-level field of a canonical object's text (see
+/// [`is_canonical_object`]): the key's text (between its quotes, escapes as written) and
+/// its value's JSON text, until `visit` returns `false`. Returns `false` when `text` is not
+/// canonical or `visit` stopped.
+///
+/// ```
+/// use patchbay_signal::payload::canonical_fields;
+/// let mut seen = Vec::new();
+/// assert!(canonical_fields(r#"{"a":[1,{"b":"}"}],"c":"x\"y"}"#, |k, v| {
+///     seen.push((k.to_owned(), v.to_owned()));
+///     true
+/// }));
+/// assert_eq!(seen, [("a".into(), r#"[1,{"b":"}"}]"#.into()), ("c".into(), r#""x\"y""#.into())]);
+/// ```
+pub fn canonical_fields(text: &str, visit: impl FnMut(&str, &str) -> bool) -> bool {
+    is_canonical_object(text) && fields_of_canonical(text, visit)
+}
+
+/// [`canonical_fields`] of text already known to be canonical (a kept payload's): the
+/// spans are found without checking anything again.
+pub(crate) fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) -> bool) -> bool {
+    let bytes = text.as_bytes();
+    let mut at = 1; // after '{'
+    while at < bytes.len() && bytes[at] == b'"' {
+        let key_from = at + 1;
+        let key_to = string_end(bytes, key_from);
+        let value_from = key_to + 2; // '":'
+        let value_to = value_end(bytes, value_from);
+        // Both spans start and end next to ASCII bytes: they lie on character boundaries.
+        let (Some(key), Some(value)) = (text.get(key_from..key_to), text.get(value_from..value_to))
+        else {
+            return false;
+        };
+        if !visit(key, value) {
+            return false;
+        }
+        at = value_to + 1; // ',' or the final '}'
+    }
+    true
+}
+
+/// Where the string whose content starts at `from` ends (the index of its closing quote).
+fn string_end(bytes: &[u8], mut at: usize) -> usize {
+    while at < bytes.len() {
+        match bytes[at] {
+            b'"' => return at,
+            b'\\' => at += 2,
+            _ => at += 1,
+        }
+    }
+    at
+}
+
+/// Where the value that starts at `from` ends (the index after it) in compact JSON.
+fn value_end(bytes: &[u8], mut at: usize) -> usize {
+    let mut depth = 0usize;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'"' => at = string_end(bytes, at + 1),
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth == 0 => return at,
+            b'}' | b']' => depth -= 1,
+            b',' if depth == 0 => return at,
+            _ => {}
+        }
+        at += 1;
+    }
+    at
+}
+
+/// A checking pass over JSON text.
+struct Scan<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    /// The keys of the objects being read, innermost last.
+    keys: Vec<&'a [u8]>,
+    depth: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn eat(&mut self, b: u8) -> bool {
+        if self.peek() == Some(b) {
+            self.at += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> bool {
+        if self.bytes[self.at..].starts_with(word) {
+            self.at += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn value(&mut self) -> bool {
+        match self.peek() {
+            Some(b'{') => self.nested(Self::object),
+            Some(b'[') => self.nested(Self::array),
+            Some(b'"') => self.string().is_some(),
+            Some(b't') => self.literal(b"true"),
+            Some(b'f') => self.literal(b"false"),
+            Some(b'n') => self.literal(b"null"),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => false,
+        }
+    }
+
+    fn nested(&mut self, read: fn(&mut Self) -> bool) -> bool {
+        if self.depth >= MAX_DEPTH {
+            return false;
+        }
+        self.depth += 1;
+        let ok = read(self);
+        self.depth -= 1;
+        ok
+    }
+
+    fn object(&mut self) -> bool {
+        self.at += 1; // '{'
+        if self.eat(b'}') {
+            return true;
+        }
+        let first = self.keys.len();
+        loop {
+            let Some((from, to)) = self.string() else {
+                return false;
+            };
+            let key = &self.bytes[from..to];
+            if self.keys.len() - first >= MAX_KEYS || self.keys[first..].contains(&key) {
+                return false;
+            }
+            self.keys.push(key);
+            if !self.eat(b':') || !self.value() {
+                return false;
+            }
+            match self.next() {
+                Some(b',') => {}
+                Some(b'}') => break,
+                _ => return false,
+            }
+        }
+        self.keys.truncate(first);
+        true
+    }
+
+    fn array(&mut self) -> bool {
+        self.at += 1; // '['
+        if self.eat(b']') {
+            return true;
+        }
+        loop {
+            if !self.value() {
+                return false;
+            }
+            match self.next() {
+                Some(b',') => {}
+                Some(b']') => return true,
+                _ => return false,
+            }
+        }
+    }
+
+    /// A string with only the escapes `serde_json` writes; the span between its quotes.
+    fn string(&mut self) -> Option<(usize, usize)> {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let from = self.at;
+        loop {
+            match self.next()? {
+                b'"' => return Some((from, self.at - 1)),
+                b'\\' => match self.next()? {
+                    b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                    _ => return None,
+                },
+                // Control characters must be escaped (the text is not JSON).
+                0..=0x1f => return None,
+                _ => {}
+            }
+        }
+    }
+
+    /// A number token, canonical when `serde_json` prints the number it parses to the same.
+    fn number(&mut self) -> bool {
+        let from = self.at;
+        let mut plain = true;
+        while let Some(b) = self.peek() {
+            match b {
+                b'0'..=b'9' | b'-' => {}
+                b'+' | b'.' | b'e' | b'E' => plain = false,
+                _ => break,
+            }
+            self.at += 1;
+        }
+        let token = &self.bytes[from..self.at];
+        // The usual case, an integer that fits 64 bits: canonical unless it has a leading
+        // zero or is `-0` (which serde_json reads as -0.0).
+        let digits = token.strip_prefix(b"-").unwrap_or(token);
+        if plain && (1..=18).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit) {
+            return digits[0] != b'0' || token == b"0";
+        }
+        let Ok(number) = serde_json::from_slice::<serde_json::Number>(token) else {
+            return false;
+        };
+        let mut buf = [0u8; 40];
+        let mut out = &mut buf[..];
+        if serde_json::to_writer(&mut out, &number).is_err() {
+            return false;
+        }
+        let written = 40 - out.len();
+        buf[..written] == *token
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_text_is_what_serde_json_writes() {
+        let canonical = [
+            r#"{}"#,
+            r#"{"a":{}}"#,
+            r#"{"z":1,"a":[],"m":[1,-2,3.5,1e300,-0.0,18446744073709551615,-9223372036854775808]}"#,
+            r#"{"i":[0,-1,999999999999999999,1000000000000000000,-999999999999999999]}"#,
+            r#"{"s":"é ü \" \\ \n \t \r \b \f / ~","n":null,"t":true,"f":false}"#,
+            r#"{"nested":{"a":{"a":{"a":1}},"b":[{"a":1},{"a":2}]}}"#,
+            r#"{"a":{"k":1},"b":{"k":1}}"#,
+            r#"{"x":1.0e-7,"y":100.0,"big":1.2345678901234567e+40}"#,
+        ];
+        for text in canonical {
+            let tree: Value = serde_json::from_str(text).unwrap();
+            let written = serde_json::to_string(&tree).unwrap();
+            assert_eq!(
+                is_canonical_object(text),
+                written == text,
+                "{text} vs {written}"
+            );
+        }
+        for text in [
+            r#"{}"#,
+            r#"{"a":[1,{"b":"c"}],"d":0.5}"#,
+            r#"{"s":"é \" \\ \n"}"#,
+        ] {
+            assert!(is_canonical_object(text), "{text}");
+        }
+        for text in [
+            r#" {}"#,
+            r#"{} "#,
+            r#"{"a":1 }"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":{"b":1,"b":1}}"#,
+            r#"{"a":"\u0041"}"#,
+            r#"{"a":"\/"}"#,
+            r#"{"a":1E3}"#,
+            r#"{"a":1e3}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":1.50}"#,
+            r#"{"a":18446744073709551616}"#,
+            r#"{"a":1e400}"#,
+            r#"[1]"#,
+            r#""x""#,
+            r#"{"a":tru}"#,
+            r#"{"a":1,}"#,
+            r#"{"a"}"#,
+            r#"{"a":"unterminated}"#,
+            "{\"a\":\"\u{1}\"}",
+            r#"{"a":01}"#,
+            r#"{"a":-01}"#,
+            r#"{"a":1-2}"#,
+            r#"{"a":--1}"#,
+            r#"{"a":1}{"#,
+        ] {
+            assert!(!is_canonical_object(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn lazy_objects_read_change_and_compare_like_trees() {
+        let text = r#"{"b":1,"a":{"c":[1,2]}}"#;
+        let lazy = LazyObject::from_json(text).unwrap();
+        assert!(!lazy.is_parsed());
+        assert_eq!(lazy.raw_json(), Some(text));
+        assert_eq!(lazy["a"]["c"][1], 2);
+        assert!(lazy.is_parsed());
+        assert_eq!(lazy.raw_json(), Some(text), "reading keeps the text");
+        let tree: Object = serde_json::from_str(text).unwrap();
+        assert_eq!(lazy, tree);
+        assert_eq!(tree, lazy);
+        assert_eq!(serde_json::to_string(&lazy).unwrap(), text);
+        assert_eq!(format!("{lazy:?}"), format!("{tree:?}"));
+
+        let mut changed = lazy.duplicate();
+        assert_eq!(changed, lazy);
+        changed.insert("z".into(), json!(3));
+        assert_eq!(changed.raw_json(), None, "a change forgets the text");
+        assert_eq!(
+            serde_json::to_string(&changed).unwrap(),
+            r#"{"b":1,"a":{"c":[1,2]},"z":3}"#
+        );
+        assert_ne!(changed, lazy);
+        // A change without a read first.
+        let mut fresh = LazyObject::from_json(text).unwrap();
+        fresh.shift_remove("b");
+        assert_eq!(
+            serde_json::to_string(&fresh).unwrap(),
+            r#"{"a":{"c":[1,2]}}"#
+        );
+        assert_eq!(fresh.raw_json(), None);
+
+        assert_eq!(LazyObject::from_json(text).unwrap().into_object(), tree);
+        assert!(LazyObject::from_json(r#"{"a": 1}"#).is_none());
+        assert!(LazyObject::new().is_empty());
+    }
+
+    fn fields(text: &str) -> Option<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        canonical_fields(text, |k, v| {
+            out.push((k.to_owned(), v.to_owned()));
+            true
+        })
+        .then_some(out)
+    }
+
+    #[test]
+    fn top_level_fields_are_spans_of_the_text() {
+        let text = r#"{"agentId":"a","content":"x\"y}]\\","n":[1,{"k":"]"}],"o":{},"z":-1.5}"#;
+        let expected = [
+            ("agentId", r#""a""#),
+            ("content", r#""x\"y}]\\""#),
+            ("n", r#"[1,{"k":"]"}]"#),
+            ("o", "{}"),
+            ("z", "-1.5"),
+        ];
+        assert_eq!(
+            fields(text).unwrap(),
+            expected.map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+        assert_eq!(fields("{}").unwrap(), []);
+        assert!(fields(r#"{"a": 1}"#).is_none());
+        let mut first = None;
+        assert!(!canonical_fields(text, |k, _| {
+            first = Some(k.to_owned());
+            false
+        }));
+        assert_eq!(first.as_deref(), Some("agentId"));
+    }
+}
