@@ -381,3 +381,19 @@ pub async fn stop_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_component_that_keeps_panicking_waits_longer_each_time_up_to_a_minute() {
+        let mut restarts = HashMap::new();
+        let waits: Vec<u64> = (0..9)
+            .map(|_| restart_backoff(&mut restarts, "ui").as_secs())
+            .collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        // Another component has its own count.
+        assert_eq!(restart_backoff(&mut restarts, "claw").as_secs(), 1);
+    }
+}

@@ -239,3 +239,45 @@ fn reload_without_a_daemon_says_so() {
     assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(stderr.contains("no daemon runs instance"), "{stderr}");
 }
+
+#[test]
+fn systemd_hears_ready_reloading_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = ScratchDir::new("reload-notify");
+    let runtime = ScratchDir::new("reload-notify-runtime");
+    let socket_path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let port = free_port();
+    let path = dir.join("p.toml");
+    std::fs::write(&path, config(port, "keep", "")).unwrap();
+    let daemon = Daemon(
+        patchbay(runtime.path())
+            .arg("run")
+            .arg(&path)
+            .env("NOTIFY_SOCKET", &socket_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("runs"),
+    );
+    let next = || {
+        let mut buf = [0u8; 256];
+        let n = socket
+            .recv(&mut buf)
+            .expect("a notification within the guard time");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    // READY=1 only once the sidecar listens.
+    assert_eq!(next(), "READY=1");
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    assert!(http(addr, "GET", "/health", &[], b"").is_ok());
+    daemon.signal("HUP");
+    assert_eq!(next(), "RELOADING=1");
+    assert_eq!(next(), "READY=1");
+    let status = daemon.terminate();
+    assert_eq!(next(), "STOPPING=1");
+    assert!(status.success(), "{status}");
+}

@@ -60,8 +60,8 @@ pub trait Output: Send {
 #[derive(Debug)]
 pub(crate) enum Event {
     Signal(usize, SharedSignal),
-    /// The source ended (whether it panicked).
-    Ended(usize, bool),
+    /// The source's task ended, after its last signal: how.
+    Ended(usize, Ending),
 }
 
 /// What a component's task tells the runtime about itself, by slot, apart from its

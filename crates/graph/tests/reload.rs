@@ -2,7 +2,7 @@
 //! components that count how often they are started.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use patchbay_graph::runtime::{Controls, Notice, Reload, RunReport, run_with};

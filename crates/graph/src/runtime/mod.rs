@@ -1,4 +1,4 @@
-//! The async runtime: sources and outputs as tokio tasks around the [`Engine`].
+//! The async runtime: sources and outputs as tokio tasks around the [`Engine`](crate::engine::Engine).
 //!
 //! Sources send into one bounded queue (a full queue makes them wait: back-pressure);
 //! one task runs the engine; each output has its own bounded queue with its configured

@@ -209,12 +209,7 @@ impl Running {
                     }
                     Target::Gone => {}
                 },
-                Event::Ended(slot, panicked) => {
-                    if panicked {
-                        self.awaits_rebuild(slot);
-                    }
-                    self.source_ended(slot, now);
-                }
+                Event::Ended(slot, ending) => self.task_ended(slot, ending),
             }
         }
     }
@@ -222,8 +217,7 @@ impl Running {
     /// An endless source that panicked is rebuilt by whoever gets the notice: the graph
     /// waits for it.
     fn awaits_rebuild(&mut self, slot: usize) {
-        let endless = self.nodes.iter().any(|n| n.slot == Some(slot) && !n.finite);
-        if endless && !self.stopping && self.notices.is_some() {
+        if self.slots[slot].source && self.notices.is_some() {
             self.panicked.insert(self.slots[slot].name.clone());
         }
     }
@@ -251,39 +245,43 @@ impl Running {
                 self.starting.remove(&slot);
                 self.check_ready();
             }
-            Life::Ended(slot, ending) => {
-                let name = self.slots[slot].name.clone();
-                if self.starting.remove(&slot) {
-                    let why = match &ending {
-                        Ending::Failed(e) => e.clone(),
-                        Ending::Panicked(p) => format!("panicked: {p}"),
-                        Ending::Finished | Ending::Aborted => "ended before it started".into(),
-                    };
-                    if self.start_failure.is_none() {
-                        let failure = format!("{name}: {why}");
-                        tracing::error!("could not start {failure}");
-                        self.notify(Notice::StartFailed(failure.clone()));
-                        self.start_failure = Some(failure);
-                    }
-                }
-                let finite = self.nodes.iter().any(|n| n.slot == Some(slot) && n.finite);
-                match &ending {
-                    Ending::Panicked(why) => {
-                        self.failures.push(format!("{name}: panicked: {why}"));
-                        if !finite && !self.stopping {
-                            self.notify(Notice::Panicked(name));
-                        }
-                    }
-                    Ending::Failed(why) if finite => {
-                        self.failures.push(format!("{name}: {why}"));
-                    }
-                    Ending::Aborted => self.source_ended(slot, now_ms()),
-                    _ => {}
-                }
-                if !self.slots[slot].source {
-                    self.slots[slot].running = false;
+            Life::Ended(slot, ending) => self.task_ended(slot, ending),
+        }
+    }
+
+    /// A component's task ended: a start-up failure, signals lost, a panic to report;
+    /// a source's end reaches the engine.
+    fn task_ended(&mut self, slot: usize, ending: Ending) {
+        let name = self.slots[slot].name.clone();
+        if self.starting.remove(&slot) {
+            let why = match &ending {
+                Ending::Failed(e) => e.clone(),
+                Ending::Panicked(p) => format!("panicked: {p}"),
+                Ending::Finished | Ending::Aborted => "ended before it started".into(),
+            };
+            if self.start_failure.is_none() {
+                let failure = format!("{name}: {why}");
+                tracing::error!("could not start {failure}");
+                self.notify(Notice::StartFailed(failure.clone()));
+                self.start_failure = Some(failure);
+            }
+        }
+        let finite = self.nodes.iter().any(|n| n.slot == Some(slot) && n.finite);
+        match &ending {
+            Ending::Panicked(why) => {
+                self.failures.push(format!("{name}: panicked: {why}"));
+                if !finite && !self.stopping {
+                    self.awaits_rebuild(slot);
+                    self.notify(Notice::Panicked(name));
                 }
             }
+            Ending::Failed(why) if finite => self.failures.push(format!("{name}: {why}")),
+            _ => {}
+        }
+        if self.slots[slot].source {
+            self.source_ended(slot, now_ms());
+        } else {
+            self.slots[slot].running = false;
         }
     }
 

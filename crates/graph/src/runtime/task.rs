@@ -34,17 +34,20 @@ impl Future for CatchUnwind {
 }
 
 /// Reports a task's end when it is dropped: after it ran to the end, or when it is
-/// aborted (then as [`Ending::Aborted`]).
+/// aborted (then as [`Ending::Aborted`]), unless a source's end already went with its
+/// signals.
 struct EndReport {
     slot: usize,
     life: mpsc::UnboundedSender<Life>,
-    ending: Ending,
+    ending: Option<Ending>,
     done: watch::Sender<bool>,
 }
 
 impl Drop for EndReport {
     fn drop(&mut self) {
-        let _ = self.life.send(Life::Ended(self.slot, self.ending.clone()));
+        if let Some(ending) = self.ending.take() {
+            let _ = self.life.send(Life::Ended(self.slot, ending));
+        }
         self.done.send_replace(true);
     }
 }
@@ -86,7 +89,7 @@ pub(super) async fn component_task(
         let mut report = EndReport {
             slot: ends.slot,
             life: ends.life,
-            ending: Ending::Aborted,
+            ending: Some(Ending::Aborted),
             done: ends.done,
         };
         if let Some(p) = ends.after {
@@ -122,10 +125,16 @@ pub(super) async fn component_task(
         if let Some(s) = ends.inbound {
             s.set_state(HealthState::Stopped, None);
         }
-        let panicked = matches!(ending, Ending::Panicked(_));
-        report.ending = ending;
-        if let Some(events) = ends.events {
-            let _ = events.send(Event::Ended(ends.slot, panicked)).await;
+        match ends.events {
+            // A source's end follows its last signal, so that the graph sees them in
+            // order; the end report is then not needed.
+            Some(events) => {
+                report.ending = Some(ending.clone());
+                if events.send(Event::Ended(ends.slot, ending)).await.is_ok() {
+                    report.ending = None;
+                }
+            }
+            None => report.ending = Some(ending),
         }
     }
     .instrument(span)
