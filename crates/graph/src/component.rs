@@ -92,10 +92,14 @@ pub(crate) enum Ending {
 pub(crate) struct StartReport {
     pub(crate) slot: usize,
     pub(crate) life: Option<mpsc::UnboundedSender<Life>>,
+    /// Set before the message is sent: the runtime reads it when the component's end
+    /// (which travels another channel) arrives first.
+    pub(crate) flag: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl StartReport {
     fn started(&self) {
+        self.flag.store(true, std::sync::atomic::Ordering::Release);
         if let Some(life) = &self.life {
             let _ = life.send(Life::Started(self.slot));
         }

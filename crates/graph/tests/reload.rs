@@ -378,3 +378,51 @@ async fn a_component_that_cannot_start_stops_the_graph_with_its_reason() {
         Some("bad: cannot bind r4bad: address in use")
     );
 }
+
+/// Reports itself started and ends at once (a short file).
+struct Quick;
+
+impl Source for Quick {
+    fn is_finite(&self) -> bool {
+        true
+    }
+
+    fn reports_started(&self) -> bool {
+        true
+    }
+
+    fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
+        Box::pin(async move {
+            cx.started();
+            let _ = cx.emit(signal("only")).await;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_starts_and_ends_at_once_is_no_start_failure() {
+    // Its end (with its signals) and its `started` report travel two channels: whichever
+    // arrives first, it started.
+    let mut r = registry();
+    r.source("quick", |_| Ok(Box::new(Quick) as Box<dyn Source>));
+    let mut out = sink("r5o");
+    let config = "[sources.q]\ntype = \"quick\"\n\n[outputs.r5o]\ntype = \"sink\"\nchannel = \"r5o\"\ninputs = [\"q\"]\n";
+    for _ in 0..50 {
+        let graph = compile(&[SourceText::new("quick.toml", config)], &r).expect("compiles");
+        let (notices, mut heard) = mpsc::unbounded_channel();
+        let report = run_with(
+            graph,
+            std::future::pending(),
+            Controls {
+                reloads: None,
+                notices: Some(notices),
+            },
+        )
+        .await;
+        assert_eq!(report.start_failure, None);
+        assert_eq!(heard.recv().await, Some(Notice::Ready));
+        assert_eq!(out.recv().await.as_deref(), Some("only"));
+        assert_eq!(out.recv().await.as_deref(), Some("end"));
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use patchbay_signal::{SharedSignal, now_ms};
@@ -108,8 +109,9 @@ pub(super) struct Running {
     /// Endless sources that panicked, reported to whoever rebuilds them: the graph
     /// waits for them instead of ending.
     panicked: HashSet<String>,
-    /// Slots of the first config that report when they have started, and have not yet.
-    starting: HashSet<usize>,
+    /// Slots of the first config that report when they have started, and have not yet
+    /// (with the flag their report sets).
+    starting: HashMap<usize, Arc<AtomicBool>>,
     ready: bool,
     start_failure: Option<String>,
     failures: Vec<String>,
@@ -145,7 +147,7 @@ impl Running {
             finite: true,
             has_inbound: false,
             panicked: HashSet::new(),
-            starting: HashSet::new(),
+            starting: HashMap::new(),
             ready: false,
             start_failure: None,
             failures: Vec::new(),
@@ -253,7 +255,15 @@ impl Running {
     /// a source's end reaches the engine.
     fn task_ended(&mut self, slot: usize, ending: Ending) {
         let name = self.slots[slot].name.clone();
-        if self.starting.remove(&slot) {
+        // Its `started` report may still be on its way: the flag says.
+        let unstarted = self
+            .starting
+            .remove(&slot)
+            .is_some_and(|flag| !flag.load(Ordering::Acquire));
+        if !unstarted {
+            self.check_ready();
+        }
+        if unstarted {
             let why = match &ending {
                 Ending::Failed(e) => e.clone(),
                 Ending::Panicked(p) => format!("panicked: {p}"),
@@ -704,12 +714,14 @@ impl Running {
     /// How a new instance reports it started: only those of the first config that
     /// acquire something at start are waited for.
     fn start_report(&mut self, slot: usize, reports: bool) -> StartReport {
+        let flag = Arc::new(AtomicBool::new(false));
         if reports && !self.ready {
-            self.starting.insert(slot);
+            self.starting.insert(slot, Arc::clone(&flag));
         }
         StartReport {
             slot,
             life: Some(self.life.clone()),
+            flag,
         }
     }
 
