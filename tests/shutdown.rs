@@ -31,8 +31,8 @@ fn sigterm_completes_with_a_stdout_nobody_reads() {
     let mut stdin = child.stdin.take().unwrap();
     let _stdout = child.stdout.take().unwrap();
     let daemon = Daemon(child);
-    // Far more than the stdout pipe, the output's queue and the graph's queue hold: the
-    // writer blocks once the daemon is stalled on its stdout.
+    // Far more than the pipes and the queues hold: the writer blocks once the daemon is
+    // stalled on its stdout.
     let written = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&written);
     std::thread::spawn(move || {
@@ -47,8 +47,11 @@ fn sigterm_completes_with_a_stdout_nobody_reads() {
             counter.fetch_add(1, Ordering::SeqCst);
         }
     });
-    wait_until("the daemon took a few thousand lines", || {
-        (written.load(Ordering::SeqCst) >= 3_000).then_some(())
+    // 1 500 lines written: the daemon has read at least 1 500 less what the stdin pipe
+    // holds (~550 lines of 120 bytes), more than its stdout pipe takes (~550): its
+    // output is stalled, or about to be.
+    wait_until("the daemon took 1 500 lines", || {
+        (written.load(Ordering::SeqCst) >= 1_500).then_some(())
     });
     let status = daemon.terminate();
     assert!(status.code().is_some(), "ended by a signal: {status}");
