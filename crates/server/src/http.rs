@@ -598,8 +598,12 @@ enum Violation {
 /// (reset, closed).
 fn violation(e: axum::Error) -> Option<Violation> {
     use tokio_tungstenite::tungstenite::Error as WsError;
+    use tokio_tungstenite::tungstenite::error::ProtocolError;
     let inner = e.into_inner();
     match inner.downcast_ref::<WsError>()? {
+        // The TCP connection ended without a close frame: a closed tab or a dropped
+        // network, not a broken rule.
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
         WsError::Capacity(_) => Some(Violation::TooLong),
         WsError::Protocol(p) => Some(Violation::Other(format!("bad frame: {p}"))),
         WsError::Utf8(_) => Some(Violation::Other("text message that is not UTF-8".into())),

@@ -359,6 +359,37 @@ async fn websocket_protocol_violations_are_counted() {
     server.stop().await;
 }
 
+/// A client that goes away without a close handshake (a closed tab, a dropped network)
+/// broke no rule: it is neither counted as a protocol violation nor as bad input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_without_a_close_is_not_a_violation() {
+    let server = start("ui_gone", &["ui_gone.inbound"], "", "").await;
+    let addr = server.addr;
+    let clients = "patchbay_clients{component=\"ui_gone\"}";
+    for _ in 0..3 {
+        let client = ws(&server.ws_url("")).await;
+        guard("the client is counted", async {
+            while metric(addr, clients).await != 1 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        // Dropped: the TCP connection ends with no close frame.
+        drop(client);
+        guard("the client is gone", async {
+            while metric(addr, clients).await != 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+    let violations = "patchbay_ws_protocol_errors_total{component=\"ui_gone\"}";
+    assert_eq!(metric(addr, violations).await, 0);
+    let bad_input = "patchbay_bad_input_total{component=\"ui_gone.inbound\",type=\"inbound\"}";
+    assert_eq!(metric(addr, bad_input).await, 0);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_detail_needs_the_token() {
     let server = start(
