@@ -321,7 +321,7 @@ async fn ws_upstream_connection(
             },
         }
         k += 1;
-        if k % 25 == 0 {
+        if k.is_multiple_of(25) {
             let kind = (k / 25) % 4;
             let frame = match kind {
                 0 => Message::text("{\"type\": \"soak.tick\", \"payload\": {"),
@@ -384,7 +384,7 @@ async fn sse_upstream_connection(
     while Instant::now() < quiet_from && !tally.stopping() {
         every.tick().await;
         k += 1;
-        if k % 25 == 0 {
+        if k.is_multiple_of(25) {
             let kind = (k / 25) % 3;
             let event = match kind {
                 0 => "data: {\"type\": \"soak.tick\", \"payload\": [\n\n".to_owned(),
@@ -431,7 +431,7 @@ async fn post_sender(port: u16, rate: u64, tally: Arc<Tally>, next: Arc<AtomicU6
     let mut sent_here = 0u64;
     while !tally.stopping() {
         k += 1;
-        if k % 50 == 0 {
+        if k.is_multiple_of(50) {
             let body = match (k / 50) % 4 {
                 0 => b"{\"type\": \"soak.tick\", \"payload\": {".to_vec(),
                 1 => b"{\"type\": 5, \"payload\": {}}".to_vec(),
@@ -567,7 +567,7 @@ async fn ws_sender(port: u16, rate: u64, tally: Arc<Tally>, next: Arc<AtomicU64>
         let mut failed = false;
         while Instant::now() < session_end && !tally.stopping() {
             k += 1;
-            let frame = if k % 40 == 0 {
+            let frame = if k.is_multiple_of(40) {
                 malformed += 1;
                 match (k / 40) % 3 {
                     0 => Message::text("{\"type\": \"soak.tick\", \"payload\": {"),
@@ -749,14 +749,11 @@ async fn connect_small(port: u16) -> std::io::Result<TcpStream> {
     socket.connect(([127, 0, 0, 1], port).into()).await
 }
 
+/// A WebSocket client connection.
+type Ws = tokio_tungstenite::WebSocketStream<TcpStream>;
+
 /// `/ws` (with `query`) over [`connect_small`]; the upgrade answer's epoch header.
-async fn ws_small(
-    port: u16,
-    query: &str,
-) -> Option<(
-    tokio_tungstenite::WebSocketStream<TcpStream>,
-    Option<String>,
-)> {
+async fn ws_small(port: u16, query: &str) -> Option<(Ws, Option<String>)> {
     let stream = connect_small(port).await.ok()?;
     let (ws, response) =
         tokio_tungstenite::client_async(format!("ws://127.0.0.1:{port}/ws{query}"), stream)
