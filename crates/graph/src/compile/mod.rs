@@ -260,6 +260,11 @@ pub fn compile_with_env(
             tests,
         })
     } else {
+        // Every phase's messages, whatever value they quote (a `type` included): no
+        // substituted `${ENV}` value is shown.
+        for e in &mut errors {
+            e.message = secrets.scrub(&e.message);
+        }
         errors.sort_by(|a, b| (&a.file, a.line, a.col).cmp(&(&b.file, b.line, b.col)));
         errors.dedup();
         Err(errors)
