@@ -1,13 +1,14 @@
 //! The built binary serving a sidecar, with real clients on loopback: a WebSocket client,
 //! raw HTTP for POST, SSE and the safety checks, and `patchbay tap`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::process::{free_port, http};
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
@@ -24,13 +25,6 @@ impl Drop for Daemon {
             .status();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Writes `text` to `name` in a fresh scratch directory; the guard must outlive the
@@ -68,41 +62,6 @@ fn wait_ready(addr: SocketAddr) {
         );
         std::thread::sleep(Duration::from_millis(25));
     }
-}
-
-/// A minimal HTTP/1.1 request; returns (status, body).
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        request.push_str(&format!("{k}: {v}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes())?;
-    stream.write_all(body)?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
 }
 
 async fn next_json<S>(ws: &mut S) -> Value
