@@ -15,7 +15,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         Ok(line) => assert!(line.len() <= 3 * max, "{} > {max}", line.len()),
         Err(cut) => assert!(cut.len() <= cut_max, "cut of {}", cut.len()),
     };
-    let mut lines = LineSplitter::with_max_line(max);
+    let mut lines = LineSplitter::new(max);
     let mut texts = JsonTexts::new(max);
     for part in data.chunks(patchbay_fuzz::chunk_size(data)) {
         lines.feed(part, check);

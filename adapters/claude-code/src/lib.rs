@@ -70,8 +70,9 @@ pub use decode::{HookDecoder, agent_of, event_type};
 pub use transport::{ClaudeCodeConfig, DEFAULT_LISTEN, Settings};
 
 use patchbay_graph::{Adapter, ComponentType, Role, options_of};
-use patchbay_signal::decode::{LineSplitter, StreamDecoder};
-use patchbay_signal::normalize::Decoded;
+use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, StreamDecoder, line_too_long};
+use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_signal::now_ms;
 
 /// `type = "claude_code"`: the hook endpoint (a source that listens, or an output that
 /// also takes `control.answer` for the gate), the decoder of `patchbay parse --protocol
@@ -98,7 +99,7 @@ pub const ADAPTER: Adapter = Adapter {
 /// a line (as a command hook would log them).
 pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
     Box::new(HookLines {
-        lines: LineSplitter::new(),
+        lines: LineSplitter::new(DEFAULT_MAX_LINE),
         decoder: HookDecoder::new(source),
     })
 }
@@ -111,7 +112,12 @@ struct HookLines {
 impl HookLines {
     fn line(decoder: &mut HookDecoder, line: Result<&str, &str>, out: &mut Vec<Decoded>) {
         let text = match line {
-            Ok(text) | Err(text) => text,
+            Ok(text) => text,
+            Err(head) => {
+                let message = line_too_long(DEFAULT_MAX_LINE);
+                let bad = bad_input_signal(decoder.source(), now_ms(), head, &message);
+                return out.push(Decoded::BadInput(bad));
+            }
         };
         if !text.trim().is_empty() {
             decoder.decode_bytes(text.as_bytes(), out);

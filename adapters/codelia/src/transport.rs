@@ -10,7 +10,7 @@ use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
     Source, SourceContext,
 };
-use patchbay_signal::decode::LineSplitter;
+use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::now_ms;
 use serde::Deserialize;
@@ -19,9 +19,6 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
 use crate::client::UiClient;
-
-/// Longest NDJSON line decoded.
-const MAX_LINE: usize = 16 * 1024 * 1024;
 
 /// How long the runtime gets to exit on its own once its input is closed.
 const EXIT_GRACE: Duration = Duration::from_secs(3);
@@ -151,7 +148,7 @@ async fn talk(
 
     let mut stdout = stdout;
     let mut stdin = Some(stdin);
-    let mut splitter = LineSplitter::with_max_line(MAX_LINE);
+    let mut splitter = LineSplitter::new(DEFAULT_MAX_LINE);
     let mut buf = vec![0u8; 64 * 1024];
     let mut out: Vec<Decoded> = Vec::new();
     let mut graph_open = true;
@@ -238,7 +235,7 @@ fn decode_line(
                 source,
                 now_ms(),
                 cut,
-                "line too long",
+                &line_too_long(DEFAULT_MAX_LINE),
             )));
             return;
         }

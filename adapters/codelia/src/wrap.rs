@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::time::Duration;
 
-use patchbay_signal::decode::LineSplitter;
+use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::{Signal, now_ms};
 use serde_json::Value;
@@ -17,9 +17,6 @@ use crate::decode::{CodeliaDecoder, id_key};
 
 /// Where `wrap` publishes by default: a sidecar on its default address.
 pub const DEFAULT_PUBLISH_URL: &str = "http://127.0.0.1:7878";
-
-/// Longest NDJSON line decoded (longer ones are still relayed, and reported once).
-const MAX_LINE: usize = 16 * 1024 * 1024;
 
 /// Signals waiting for the publisher; past this the relay drops new ones (it never
 /// waits for the publisher).
@@ -50,8 +47,8 @@ impl WrapObserver {
     pub fn new(source: impl Into<String>) -> Self {
         WrapObserver {
             decoder: CodeliaDecoder::new(source),
-            from_runtime: LineSplitter::with_max_line(MAX_LINE),
-            from_ui: LineSplitter::with_max_line(MAX_LINE),
+            from_runtime: LineSplitter::new(DEFAULT_MAX_LINE),
+            from_ui: LineSplitter::new(DEFAULT_MAX_LINE),
             ui_requests: HashMap::new(),
         }
     }
@@ -108,7 +105,7 @@ fn runtime_line(
                 decoder.source(),
                 now_ms(),
                 cut,
-                "line too long",
+                &line_too_long(DEFAULT_MAX_LINE),
             )));
             return;
         }

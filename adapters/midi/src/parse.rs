@@ -15,7 +15,7 @@
 //! reported as bad input and skipped as a whole. The lines form one byte stream, so running
 //! status applies across lines.
 
-use patchbay_signal::decode::{LineSplitter, StreamDecoder};
+use patchbay_signal::decode::{LineSplitter, StreamDecoder, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::now_ms;
 
@@ -99,7 +99,7 @@ impl HexLineDecoder {
     /// A line decoder feeding `midi`.
     pub fn new(midi: MidiDecoder) -> Self {
         HexLineDecoder {
-            lines: LineSplitter::with_max_line(MAX_LINE),
+            lines: LineSplitter::new(MAX_LINE),
             midi,
         }
     }
@@ -136,7 +136,7 @@ fn push_line(midi: &mut MidiDecoder, line: Result<&str, &str>, ts: i64, out: &mu
             Ok(bytes) => return midi.feed_at(&bytes, ts, out),
             Err(err) => (text, err.to_string()),
         },
-        Err(cut) => (cut, "line too long".to_owned()),
+        Err(cut) => (cut, line_too_long(MAX_LINE)),
     };
     out.push(Decoded::BadInput(
         bad_input_signal(midi.source(), midi.last_timestamp(), raw, &message)

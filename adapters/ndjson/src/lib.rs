@@ -7,15 +7,20 @@
 //! `max_line_bytes` (1 MiB by default), which is skipped up to its newline without being
 //! kept in memory. Outputs write one JSON envelope per line.
 
-mod lines;
 mod output;
 mod source;
 
-pub use lines::{BoundedLines, BoundedNdjson, DEFAULT_MAX_LINE_BYTES, Line, MAX_LINE_BYTES_LIMIT};
 pub use output::{FileOutputConfig, LineFormat, StdoutConfig};
 pub use source::{FileFormat, FileSourceConfig, StdinConfig};
 
 use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
+use patchbay_signal::decode::NdjsonDecoder;
+
+/// The default `max_line_bytes`: 1 MiB, as the `sse` source's.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
+
+/// The largest `max_line_bytes` accepted: 64 MiB, as the `sse` source's.
+pub const MAX_LINE_BYTES_LIMIT: usize = 64 << 20;
 
 /// The `file` and `stdin` sources and the `stdout` and `file` outputs.
 pub const ADAPTER: Adapter = Adapter {
@@ -64,5 +69,5 @@ pub const ADAPTER: Adapter = Adapter {
 /// The decoder `patchbay parse --protocol sajou` drives: generic NDJSON envelopes, lines
 /// up to [`DEFAULT_MAX_LINE_BYTES`].
 pub fn parse_decoder(source: &str) -> Box<dyn patchbay_signal::decode::StreamDecoder> {
-    Box::new(BoundedNdjson::new(source, DEFAULT_MAX_LINE_BYTES))
+    Box::new(NdjsonDecoder::new(source, DEFAULT_MAX_LINE_BYTES))
 }

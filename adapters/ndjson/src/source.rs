@@ -4,16 +4,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use patchbay_graph::{BoxFuture, ComponentError, Diagnostic, Options, Source, SourceContext};
-use patchbay_signal::decode::{StreamDecoder, is_scenario_line};
+use patchbay_signal::decode::{
+    LineSplitter, NdjsonDecoder, StreamDecoder, is_scenario_line, line_too_long,
+};
 use patchbay_signal::normalize::{Decoded, Normalizer};
 use patchbay_signal::now_ms;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::lines::{
-    BoundedLines, BoundedNdjson, DEFAULT_MAX_LINE_BYTES, Line, MAX_LINE_BYTES_LIMIT, too_long,
-};
+use crate::{DEFAULT_MAX_LINE_BYTES, MAX_LINE_BYTES_LIMIT};
 
 /// How a `file` source reads its lines.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
@@ -132,7 +132,7 @@ impl Source for FileSource {
                 let max = self.config.max_line_bytes;
                 let done = match self.config.format {
                     FileFormat::Signals => {
-                        read_signals(file, BoundedNdjson::new(source.clone(), max), &cx).await?
+                        read_signals(file, NdjsonDecoder::new(source.clone(), max), &cx).await?
                     }
                     FileFormat::Scenario => {
                         replay_scenario(file, &source, self.config.speed, max, &cx).await?
@@ -158,7 +158,7 @@ impl Source for StdinSource {
     fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
         Box::pin(async move {
             let source = format!("stdin:{}", cx.name());
-            let decoder = BoundedNdjson::new(source, self.config.max_line_bytes);
+            let decoder = NdjsonDecoder::new(source, self.config.max_line_bytes);
             read_signals(tokio::io::stdin(), decoder, &cx).await?;
             Ok(())
         })
@@ -168,7 +168,7 @@ impl Source for StdinSource {
 /// Reads NDJSON to the end; `Ok(false)` when stopped early (shutdown or graph gone).
 async fn read_signals(
     mut input: impl AsyncRead + Unpin,
-    mut decoder: BoundedNdjson,
+    mut decoder: NdjsonDecoder,
     cx: &SourceContext,
 ) -> Result<bool, ComponentError> {
     let mut buf = vec![0u8; 64 * 1024];
@@ -217,10 +217,10 @@ async fn replay_scenario(
     max_line_bytes: usize,
     cx: &SourceContext,
 ) -> Result<bool, ComponentError> {
-    let mut lines = BoundedLines::new(max_line_bytes);
+    let mut lines = LineSplitter::new(max_line_bytes);
     let mut buf = vec![0u8; 64 * 1024];
     // The lines of one read, owned (each may wait for its delay); `Err` for a line too long.
-    let mut ready: Vec<Result<String, Vec<u8>>> = Vec::new();
+    let mut ready: Vec<Result<String, String>> = Vec::new();
     let mut normalizer = Normalizer::new(source);
     let start = now_ms();
     let mut timeline = 0i64;
@@ -229,11 +229,8 @@ async fn replay_scenario(
             n = file.read(&mut buf) => n?,
             () = cx.shutdown().wait() => return Ok(false),
         };
-        let mut push = |line: Line<'_>| {
-            ready.push(match line {
-                Line::Whole(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
-                Line::TooLong(head) => Err(head.to_vec()),
-            })
+        let mut push = |line: Result<&str, &str>| {
+            ready.push(line.map(str::to_owned).map_err(str::to_owned));
         };
         if n == 0 {
             lines.finish(&mut push);
@@ -244,7 +241,8 @@ async fn replay_scenario(
             let line = match line {
                 Ok(line) => line,
                 Err(head) => {
-                    let bad = Decoded::BadInput(too_long(&normalizer, max_line_bytes, &head));
+                    let bad = normalizer.bad_input(&head, &line_too_long(max_line_bytes));
+                    let bad = Decoded::BadInput(bad);
                     if cx.emit_decoded(bad).await.is_err() {
                         return Ok(false);
                     }

@@ -120,7 +120,7 @@ async fn a_line_too_long_is_one_error_and_reading_goes_on() {
     let error = &out[1];
     assert_eq!(error["payload"]["code"], "bad_frame");
     let message = error["payload"]["message"].as_str().unwrap();
-    assert!(message.contains("max_line_bytes (1024 bytes)"), "{message}");
+    assert!(message.contains("longer than 1024 bytes"), "{message}");
     let raw = error["metadata"]["raw"].as_str().unwrap();
     assert!(raw.starts_with("xxxx") && raw.len() < 1024, "{}", raw.len());
 }

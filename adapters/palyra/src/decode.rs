@@ -49,7 +49,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use patchbay_signal::decode::{JsonTexts, RecordedLine, StreamDecoder, recorded_line};
+use patchbay_signal::decode::{
+    JsonTexts, RecordedLine, StreamDecoder, line_too_long, recorded_line,
+};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{self, AgentState};
 use patchbay_signal::{Object, Signal, now_ms, take_str};
@@ -868,20 +870,20 @@ impl PalyraDecoder {
     fn on_text(&mut self, text: Result<&str, &str>, out: &mut Vec<Decoded>) {
         match text {
             Ok(text) => self.decode_frame(text, out),
-            Err(cut) => self.bad(out, cut, "line too long"),
+            Err(cut) => self.bad(out, cut, &line_too_long(MAX_LINE)),
         }
     }
 }
 
 impl StreamDecoder for PalyraDecoder {
     fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
-        let mut texts = std::mem::take(&mut self.texts);
+        let mut texts = std::mem::replace(&mut self.texts, JsonTexts::new(MAX_LINE));
         texts.feed(bytes, |text| self.on_text(text, out));
         self.texts = texts;
     }
 
     fn finish(&mut self, out: &mut Vec<Decoded>) {
-        let mut texts = std::mem::take(&mut self.texts);
+        let mut texts = std::mem::replace(&mut self.texts, JsonTexts::new(MAX_LINE));
         texts.finish(|text| self.on_text(text, out));
         self.texts = texts;
     }

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::normalize::{Decoded, Normalizer};
+use crate::normalize::{Decoded, Normalizer, RAW_KEEP};
 
 /// A pure, incremental decoder: bytes in (split anywhere), signals out. No I/O.
 pub trait StreamDecoder: Send {
@@ -16,65 +16,117 @@ pub trait StreamDecoder: Send {
     fn finish(&mut self, out: &mut Vec<Decoded>);
 }
 
-/// Splits a byte stream into lines (`\n`, with an optional `\r` before it), keeping a
-/// partial last line until more bytes or the end arrive.
-#[derive(Debug, Default, Clone)]
+/// The longest line a decoder of a line-delimited protocol accepts where no option sets
+/// it (frame protocols read as NDJSON, Codelia's stdio, `patchbay parse`): 16 MiB. A
+/// longer one is reported and skipped.
+pub const DEFAULT_MAX_LINE: usize = 16 << 20;
+
+/// Splits a byte stream into lines (`\n`, with an optional `\r` before it) of at most
+/// `max` bytes, keeping a partial last line until more bytes or the end arrive. A longer
+/// line is reported once, as soon as it passes the limit (its newline may be far away),
+/// and skipped up to its end: at most `max` bytes are ever kept, whatever the input.
+#[derive(Debug, Clone)]
 pub struct LineSplitter {
+    max: usize,
     pending: Vec<u8>,
-    /// Largest line kept; longer lines are cut and reported by [`LineSplitter::feed`].
-    max_line: Option<usize>,
+    /// Dropping the rest of a line already reported as too long.
+    skipping: bool,
 }
 
 impl LineSplitter {
-    /// A splitter without a line length limit.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A splitter that refuses lines longer than `max` bytes.
-    pub fn with_max_line(max: usize) -> Self {
+    /// A splitter of lines up to `max` bytes.
+    pub fn new(max: usize) -> Self {
         LineSplitter {
+            max,
             pending: Vec::new(),
-            max_line: Some(max),
+            skipping: false,
         }
     }
 
-    /// Feeds bytes; calls `line` with each complete line (without its terminator,
-    /// lossily decoded as UTF-8). A line over the limit is passed as `Err(first bytes)`.
+    /// The longest line passed whole.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Feeds bytes; calls `line` with each complete line (without its terminator, lossily
+    /// decoded as UTF-8), and with `Err(first bytes)` once for each line over the limit.
     pub fn feed(&mut self, bytes: &[u8], mut line: impl FnMut(Result<&str, &str>)) {
         let mut rest = bytes;
         while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
-            self.pending.extend_from_slice(&rest[..pos]);
+            let segment = &rest[..pos];
             rest = &rest[pos + 1..];
-            self.emit(&mut line);
+            if std::mem::take(&mut self.skipping) {
+                continue;
+            }
+            // A `\r` before the newline is not part of the line (nor of its length).
+            let segment = match segment.split_last() {
+                Some((b'\r', head)) => head,
+                _ if segment.is_empty() && self.pending.last() == Some(&b'\r') => {
+                    self.pending.pop();
+                    segment
+                }
+                _ => segment,
+            };
+            if self.pending.len() + segment.len() > self.max {
+                self.report(segment, &mut line);
+            } else if self.pending.is_empty() {
+                line(Ok(&String::from_utf8_lossy(segment)));
+            } else {
+                self.pending.extend_from_slice(segment);
+                line(Ok(&String::from_utf8_lossy(&self.pending)));
+                self.pending.clear();
+            }
         }
-        self.pending.extend_from_slice(rest);
-        if self.max_line.is_some_and(|max| self.pending.len() > max) {
-            // Keep reading past it but report it once, as cut.
-            self.emit(&mut line);
+        if self.skipping || rest.is_empty() {
+            return;
+        }
+        // One byte of slack: a `\r` ending a line of exactly `max` bytes may arrive
+        // before its `\n`.
+        if self.pending.len() + rest.len() > self.max + 1 {
+            self.report(rest, &mut line);
+            self.skipping = true;
+        } else {
+            self.pending.extend_from_slice(rest);
         }
     }
 
     /// Ends the stream: passes a last line that had no terminator.
     pub fn finish(&mut self, mut line: impl FnMut(Result<&str, &str>)) {
-        if !self.pending.is_empty() {
-            self.emit(&mut line);
+        let skipping = std::mem::take(&mut self.skipping);
+        let mut pending = std::mem::take(&mut self.pending);
+        if pending.last() == Some(&b'\r') {
+            pending.pop();
+        }
+        if skipping || pending.is_empty() {
+            return;
+        }
+        if pending.len() > self.max {
+            pending.truncate(RAW_KEEP);
+            line(Err(&head_of(&pending)));
+        } else {
+            line(Ok(&String::from_utf8_lossy(&pending)));
         }
     }
 
-    fn emit(&mut self, line: &mut impl FnMut(Result<&str, &str>)) {
-        let mut bytes = std::mem::take(&mut self.pending);
-        if bytes.last() == Some(&b'\r') {
-            bytes.pop();
-        }
-        let text = String::from_utf8_lossy(&bytes);
-        match self.max_line {
-            Some(max) if bytes.len() > max => {
-                line(Err(&crate::truncate(&text, crate::normalize::RAW_KEEP)))
-            }
-            _ => line(Ok(&text)),
-        }
+    /// Reports the line made of what is pending and `more` as too long, and forgets it.
+    fn report(&mut self, more: &[u8], line: &mut impl FnMut(Result<&str, &str>)) {
+        let keep = RAW_KEEP.saturating_sub(self.pending.len()).min(more.len());
+        self.pending.truncate(RAW_KEEP);
+        self.pending.extend_from_slice(&more[..keep]);
+        line(Err(&head_of(&self.pending)));
+        // Give back the memory a long partial line took.
+        self.pending = Vec::new();
     }
+}
+
+/// How a line too long is quoted: its first [`RAW_KEEP`] bytes as text.
+fn head_of(bytes: &[u8]) -> String {
+    crate::truncate(&String::from_utf8_lossy(bytes), RAW_KEEP)
+}
+
+/// The message of the `error` signal for a line longer than `max` bytes.
+pub fn line_too_long(max: usize) -> String {
+    format!("a line longer than {max} bytes: skipped up to its end")
 }
 
 /// Splits a byte stream into JSON texts, one per line as in NDJSON, but also a value
@@ -82,68 +134,69 @@ impl LineSplitter {
 /// without finishing it is joined with the next lines until the value is complete. A
 /// line that is not JSON at all is passed on as it is (the decoder reports it), and a
 /// value still open after `max` bytes is passed as `Err(first bytes)`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct JsonTexts {
     lines: LineSplitter,
     partial: String,
-    max: usize,
 }
 
 impl JsonTexts {
     /// A splitter of texts up to `max` bytes.
     pub fn new(max: usize) -> Self {
         JsonTexts {
-            lines: LineSplitter::with_max_line(max),
+            lines: LineSplitter::new(max),
             partial: String::new(),
-            max,
         }
     }
 
     /// Feeds bytes; calls `text` with each complete JSON text (or line).
     pub fn feed(&mut self, bytes: &[u8], mut text: impl FnMut(Result<&str, &str>)) {
-        let mut lines = std::mem::take(&mut self.lines);
-        lines.feed(bytes, |line| self.on_line(line, &mut text));
-        self.lines = lines;
+        let (partial, max) = (&mut self.partial, self.lines.max());
+        self.lines
+            .feed(bytes, |line| join_line(partial, max, line, &mut text));
     }
 
     /// Ends the stream: passes what is left, finished or not.
     pub fn finish(&mut self, mut text: impl FnMut(Result<&str, &str>)) {
-        let mut lines = std::mem::take(&mut self.lines);
-        lines.finish(|line| self.on_line(line, &mut text));
-        self.lines = lines;
+        let (partial, max) = (&mut self.partial, self.lines.max());
+        self.lines
+            .finish(|line| join_line(partial, max, line, &mut text));
         if !self.partial.is_empty() {
             text(Ok(&std::mem::take(&mut self.partial)));
         }
     }
+}
 
-    fn on_line(&mut self, line: Result<&str, &str>, text: &mut impl FnMut(Result<&str, &str>)) {
-        let line = match line {
-            Ok(line) => line,
-            Err(cut) => {
-                self.partial.clear();
-                return text(Err(cut));
-            }
-        };
-        if self.partial.is_empty() {
-            let opens = line.trim_start().starts_with(['{', '[']);
-            if opens && is_unfinished(line) {
-                self.partial.push_str(line);
-            } else {
-                text(Ok(line));
-            }
-            return;
+/// Adds one line to the JSON text being joined in `partial`; passes on what is complete.
+fn join_line(
+    partial: &mut String,
+    max: usize,
+    line: Result<&str, &str>,
+    text: &mut impl FnMut(Result<&str, &str>),
+) {
+    let line = match line {
+        Ok(line) => line,
+        Err(cut) => {
+            partial.clear();
+            return text(Err(cut));
         }
-        self.partial.push('\n');
-        self.partial.push_str(line);
-        if self.partial.len() > self.max {
-            let cut = crate::truncate(
-                &std::mem::take(&mut self.partial),
-                crate::normalize::RAW_KEEP,
-            );
-            text(Err(&cut));
-        } else if !is_unfinished(&self.partial) {
-            text(Ok(&std::mem::take(&mut self.partial)));
+    };
+    if partial.is_empty() {
+        let opens = line.trim_start().starts_with(['{', '[']);
+        if opens && is_unfinished(line) {
+            partial.push_str(line);
+        } else {
+            text(Ok(line));
         }
+        return;
+    }
+    partial.push('\n');
+    partial.push_str(line);
+    if partial.len() > max {
+        let cut = crate::truncate(&std::mem::take(partial), RAW_KEEP);
+        text(Err(&cut));
+    } else if !is_unfinished(partial) {
+        text(Ok(&std::mem::take(partial)));
     }
 }
 
@@ -152,7 +205,10 @@ fn is_unfinished(text: &str) -> bool {
     serde_json::from_str::<serde::de::IgnoredAny>(text).is_err_and(|e| e.is_eof())
 }
 
-/// NDJSON of generic envelopes (`patchbay parse --protocol sajou`, `stdin`, `file`).
+/// NDJSON of generic envelopes, or sajou scenario lines decoded as their signal
+/// (`patchbay parse --protocol sajou`, the `stdin` and `file` sources). A line longer than
+/// its limit is one `error` signal (`code: "bad_frame"`), and reading goes on at the next
+/// line.
 #[derive(Debug, Clone)]
 pub struct NdjsonDecoder {
     lines: LineSplitter,
@@ -160,10 +216,10 @@ pub struct NdjsonDecoder {
 }
 
 impl NdjsonDecoder {
-    /// A decoder whose signals default to `source`.
-    pub fn new(source: impl Into<String>) -> Self {
+    /// A decoder whose signals default to `source`, refusing lines over `max_line` bytes.
+    pub fn new(source: impl Into<String>, max_line: usize) -> Self {
         NdjsonDecoder {
-            lines: LineSplitter::new(),
+            lines: LineSplitter::new(max_line),
             normalizer: Normalizer::new(source),
         }
     }
@@ -171,22 +227,28 @@ impl NdjsonDecoder {
 
 impl StreamDecoder for NdjsonDecoder {
     fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
-        let normalizer = &mut self.normalizer;
+        let (normalizer, max) = (&mut self.normalizer, self.lines.max());
         self.lines
-            .feed(bytes, |line| push_line(normalizer, line, out));
+            .feed(bytes, |line| push_line(normalizer, max, line, out));
     }
 
     fn finish(&mut self, out: &mut Vec<Decoded>) {
-        let normalizer = &mut self.normalizer;
-        self.lines.finish(|line| push_line(normalizer, line, out));
+        let (normalizer, max) = (&mut self.normalizer, self.lines.max());
+        self.lines
+            .finish(|line| push_line(normalizer, max, line, out));
     }
 }
 
-fn push_line(normalizer: &mut Normalizer, line: Result<&str, &str>, out: &mut Vec<Decoded>) {
+fn push_line(
+    normalizer: &mut Normalizer,
+    max: usize,
+    line: Result<&str, &str>,
+    out: &mut Vec<Decoded>,
+) {
     match line {
         Ok(text) => out.extend(decode_line(normalizer, text)),
-        Err(cut) => out.push(Decoded::BadInput(
-            normalizer.bad_input(cut, "line too long"),
+        Err(head) => out.push(Decoded::BadInput(
+            normalizer.bad_input(head, &line_too_long(max)),
         )),
     }
 }
@@ -233,10 +295,10 @@ pub struct FrameLines<D> {
 }
 
 impl<D: FrameDecoder> FrameLines<D> {
-    /// Drives `decoder` over NDJSON.
+    /// Drives `decoder` over NDJSON, lines up to [`DEFAULT_MAX_LINE`].
     pub fn new(decoder: D) -> Self {
         FrameLines {
-            lines: LineSplitter::new(),
+            lines: LineSplitter::new(DEFAULT_MAX_LINE),
             decoder,
         }
     }
@@ -259,8 +321,8 @@ fn decode_frame_line<D: FrameDecoder>(
 ) {
     let text = match line {
         Ok(text) => text.trim(),
-        Err(cut) => {
-            out.push(decoder.bad_line(cut, "line too long"));
+        Err(head) => {
+            out.push(decoder.bad_line(head, &line_too_long(DEFAULT_MAX_LINE)));
             return;
         }
     };
@@ -337,7 +399,7 @@ mod tests {
 
     #[test]
     fn lines_split_anywhere_and_last_line_is_kept() {
-        let mut d = NdjsonDecoder::new("parse:sajou");
+        let mut d = NdjsonDecoder::new("parse:sajou", 1024);
         let mut out = Vec::new();
         let text = b"{\"type\":\"a\"}\r\n\n{\"type\":\"b\"}\n{\"type\":\"c\"}";
         for chunk in text.chunks(3) {
@@ -351,7 +413,7 @@ mod tests {
 
     #[test]
     fn scenario_lines_unwrap_to_their_signal() {
-        let mut d = NdjsonDecoder::new("parse:sajou");
+        let mut d = NdjsonDecoder::new("parse:sajou", 1024);
         let mut out = Vec::new();
         d.feed(br#"{"delayMs":80,"signal":{"id":"sig-1","type":"x","timestamp":0,"source":"adapter:emitter","payload":{}}}"#, &mut out);
         d.finish(&mut out);
@@ -413,16 +475,100 @@ mod tests {
         assert_eq!(got, [false, true, true, true]);
     }
 
-    #[test]
-    fn overlong_lines_are_reported() {
-        let mut s = LineSplitter::with_max_line(4);
+    /// The lines of `input` fed in chunks of `chunk` bytes, `Err` for a line too long.
+    fn split(max: usize, input: &[u8], chunk: usize) -> Vec<Result<String, String>> {
+        let mut lines = LineSplitter::new(max);
         let mut seen = Vec::new();
-        s.feed(b"ab\nabcdefgh\nxy", |l| {
-            seen.push(l.map(str::to_owned).map_err(str::to_owned))
+        let mut push = |line: Result<&str, &str>| {
+            seen.push(line.map(str::to_owned).map_err(str::to_owned));
+        };
+        for part in input.chunks(chunk) {
+            lines.feed(part, &mut push);
+        }
+        lines.finish(&mut push);
+        seen
+    }
+
+    #[test]
+    fn lines_within_the_limit_pass_whole_however_the_input_is_split() {
+        let input = b"ab\r\nabcd\n\nxy\r\nlast";
+        for chunk in 1..=input.len() {
+            assert_eq!(
+                split(4, input, chunk),
+                [Ok("ab"), Ok("abcd"), Ok(""), Ok("xy"), Ok("last")].map(|r| r.map(str::to_owned)),
+                "chunks of {chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_line_too_long_is_reported_once_and_skipped_to_its_end() {
+        let input = b"ok\nabcdefghij\nnext\nklmnopqrstuvwxyz";
+        for chunk in 1..=input.len() {
+            let seen = split(4, input, chunk);
+            assert_eq!(seen.len(), 4, "chunks of {chunk}: {seen:?}");
+            assert_eq!(seen[0], Ok("ok".to_owned()));
+            assert!(
+                seen[1]
+                    .as_ref()
+                    .is_err_and(|head| "abcdefghij".starts_with(head.as_str())),
+                "{seen:?}"
+            );
+            assert_eq!(seen[2], Ok("next".to_owned()), "chunks of {chunk}");
+            assert!(seen[3].is_err(), "chunks of {chunk}: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn an_endless_line_keeps_at_most_the_limit_in_memory() {
+        let mut lines = LineSplitter::new(1024);
+        let mut reports = 0;
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..1600 {
+            // 100 MiB without a newline.
+            lines.feed(&chunk, |line| {
+                assert!(matches!(line, Err(head) if head.len() <= RAW_KEEP));
+                reports += 1;
+            });
+            assert!(
+                lines.pending.capacity() <= 2048,
+                "{}",
+                lines.pending.capacity()
+            );
+        }
+        lines.feed(b"xx\n{\"type\":\"after\"}\n", |line| {
+            assert_eq!(line, Ok("{\"type\":\"after\"}"));
+            reports += 10;
         });
-        s.finish(|l| seen.push(l.map(str::to_owned).map_err(str::to_owned)));
-        assert_eq!(seen[0], Ok("ab".to_owned()));
-        assert!(seen[1].is_err());
-        assert_eq!(seen.last().unwrap(), &Ok("xy".to_owned()));
+        assert_eq!(reports, 11, "one report, then the next line");
+    }
+
+    #[test]
+    fn the_ndjson_decoder_turns_a_line_too_long_into_one_error_signal() {
+        let mut decoder = NdjsonDecoder::new("stdin:in", 32);
+        let mut out = Vec::new();
+        let long = format!(
+            "{{\"type\":\"x\",\"payload\":{{\"s\":\"{}\"}}}}\n",
+            "y".repeat(100)
+        );
+        decoder.feed(b"{\"type\":\"a\"}\n", &mut out);
+        for b in long.as_bytes().chunks(7) {
+            decoder.feed(b, &mut out);
+        }
+        decoder.feed(b"{\"type\":\"b\"}", &mut out);
+        decoder.finish(&mut out);
+        let kinds: Vec<(&str, bool)> = out
+            .iter()
+            .map(|d| match d {
+                Decoded::Signal(s) => (s.kind.as_str(), false),
+                Decoded::BadInput(s) => (s.kind.as_str(), true),
+            })
+            .collect();
+        assert_eq!(kinds, [("a", false), ("error", true), ("b", false)]);
+        let Decoded::BadInput(error) = &out[1] else {
+            unreachable!()
+        };
+        let message = error.payload["message"].as_str().unwrap();
+        assert!(message.contains("longer than 32 bytes"), "{message}");
     }
 }
