@@ -93,7 +93,13 @@ impl Source for ProxySource {
                 emitter,
             ));
             tracing::info!(listen = %listen, upstream = config.upstream, "{} proxy listening", api.type_name());
-            let door = door(cx.name(), listen, Arc::clone(cx.stats()));
+            let door = door(
+                cx.name(),
+                listen,
+                config.allowed_hosts.clone(),
+                config.limits,
+                Arc::clone(cx.stats()),
+            );
             let health = health_loop(api, &config, client, &cx);
             let result = tokio::select! {
                 () = serve_with(listener, state, door) => Ok(()),

@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{Diagnostic, Options};
+use patchbay_transport::listen::{self, Limits};
 use serde::Deserialize;
 
 pub use patchbay_graph::config::Secret;
@@ -23,8 +24,9 @@ pub enum Mode {
 /// The options of an `openai` or `anthropic` component.
 ///
 /// Proxy mode (under `[sources]`): `listen`, `upstream`, `health_interval_ms`,
-/// `timeout_ms`, and `api_key` (used only for the health poll of `/v1/models`; clients
-/// send their own keys, which pass through). Prompt mode (under `[outputs]`): `url`,
+/// `timeout_ms`, `api_key` (used only for the health poll of `/v1/models`; clients send
+/// their own keys, which pass through), and the listener's `allowed_hosts`,
+/// `header_timeout_ms`, `idle_timeout_ms`, `max_connections`. Prompt mode (under `[outputs]`): `url`,
 /// `model`, `api_key`, `max_tokens`, `system`, `timeout_ms`.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -62,6 +64,48 @@ pub struct LlmConfig {
     /// Prompt: an optional system prompt.
     #[serde(default)]
     pub system: Option<String>,
+    /// Proxy: host names the proxy answers to besides `localhost`, `127.0.0.1` and
+    /// `[::1]` (any port), e.g. a container's name for the host; `["*"]` for any. A
+    /// request naming another host gets 403 (a web page cannot reach the proxy through
+    /// DNS rebinding).
+    #[serde(default)]
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Proxy: how long a client may take to send a request's head, in ms (from the
+    /// connection's start, then from the first byte of each next request); past it the
+    /// connection is closed. From 1 to 86400000 (one day). Default 10000.
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// Proxy: how long a keep-alive connection may wait for its next request, in ms,
+    /// before it is closed (a stream being relayed is not idle). From 1 to 86400000.
+    /// Default 60000.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// Proxy: how many client connections may be open at once; beyond it a new one gets
+    /// 503 and is closed at once, counted as `too_many_connections`. From 1 to 1000000.
+    /// Default 1024.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+/// The options only proxy mode has (prompt mode refuses them).
+const PROXY_KEYS: [&str; 7] = [
+    "listen",
+    "upstream",
+    "health_interval_ms",
+    "allowed_hosts",
+    "header_timeout_ms",
+    "idle_timeout_ms",
+    "max_connections",
+];
+
+fn default_header_timeout_ms() -> u64 {
+    listen::DEFAULT_HEADER_TIMEOUT_MS
+}
+fn default_idle_timeout_ms() -> u64 {
+    listen::DEFAULT_IDLE_TIMEOUT_MS
+}
+fn default_max_connections() -> usize {
+    listen::DEFAULT_MAX_CONNECTIONS
 }
 
 fn default_health_interval_ms() -> u64 {
@@ -112,12 +156,24 @@ impl LlmConfig {
             return Err(options.error_at("timeout_ms", "must be positive"));
         }
         options.check_range("timeout_ms", config.timeout_ms, 1..=MAX_DURATION_MS)?;
+        if let Some(hosts) = &config.allowed_hosts {
+            listen::check_hosts(hosts)
+                .map_err(|(_, message)| options.error_at("allowed_hosts", message))?;
+        }
+        let limits = Limits::from_options(
+            options,
+            config.header_timeout_ms,
+            config.idle_timeout_ms,
+            config.max_connections,
+        )?;
         Ok(ProxyConfig {
             listen,
             upstream,
             health_interval_ms: config.health_interval_ms,
             timeout_ms: config.timeout_ms,
             api_key: config.api_key,
+            allowed_hosts: config.allowed_hosts,
+            limits,
         })
     }
 
@@ -130,7 +186,7 @@ impl LlmConfig {
                 "as an output, this component needs `mode = \"prompt\"` (the proxy is a source)",
             ));
         }
-        for key in ["listen", "upstream", "health_interval_ms"] {
+        for key in PROXY_KEYS {
             if options.has(key) {
                 return Err(options.error_at(key, format!("`{key}` is a proxy-mode option")));
             }
@@ -175,6 +231,10 @@ pub struct ProxyConfig {
     pub timeout_ms: u64,
     /// The health poll's API key.
     pub api_key: Option<Secret>,
+    /// Host names answered besides the loopback ones.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// The listener's header and idle timeouts and connection cap.
+    pub limits: Limits,
 }
 
 /// A checked prompt-mode config.

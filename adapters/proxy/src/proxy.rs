@@ -103,7 +103,8 @@ pub async fn serve(listener: TcpListener, state: Arc<ProxyState>) -> std::io::Re
         "proxy",
         patchbay_graph::telemetry::Role::Source,
     ));
-    serve_with(listener, state, door("proxy", local, stats)).await;
+    let door = door("proxy", local, None, Limits::default(), stats);
+    serve_with(listener, state, door).await;
     Ok(())
 }
 
@@ -115,13 +116,19 @@ pub(crate) async fn serve_with(listener: TcpListener, state: Arc<ProxyState>, do
 }
 
 /// The door of a proxy listening on `local`: it listens on loopback only (its config
-/// refuses anything else), so it answers to loopback host names, and to no browser page
-/// but a local one; the listeners' default bounds.
-pub(crate) fn door(name: &str, local: SocketAddr, stats: Arc<ComponentStats>) -> Listener {
+/// refuses anything else), so it answers to loopback host names and `allowed_hosts`,
+/// and to no browser page but a local one.
+pub(crate) fn door(
+    name: &str,
+    local: SocketAddr,
+    allowed_hosts: Option<Vec<String>>,
+    limits: Limits,
+    stats: Arc<ComponentStats>,
+) -> Listener {
     Listener {
         name: name.to_owned(),
-        limits: Limits::default(),
-        access: Access::new(local, None, Origins::Local),
+        limits,
+        access: Access::new(local, allowed_hosts, Origins::Local),
         stats,
         refusal,
     }

@@ -74,3 +74,23 @@ inputs = ["llm.inbound"]
         errors(&proxy_output)
     );
 }
+
+#[test]
+fn listener_options_are_range_checked_and_proxy_only() {
+    let proxy = "[sources.llm]\ntype = \"openai\"\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:11434\"\n";
+    for (option, says) in [
+        ("max_connections = 0", "max_connections"),
+        ("header_timeout_ms = 0", "header_timeout_ms"),
+        ("idle_timeout_ms = 100000000000", "idle_timeout_ms"),
+        ("allowed_hosts = [\"http://x\"]", "not a host name"),
+    ] {
+        let e = errors(&format!("{proxy}{option}\n{OUT}"));
+        assert!(e.contains(says) && e.contains("line: 5"), "{option}: {e}");
+    }
+    let prompt = "[outputs.llm]\ntype = \"openai\"\nmode = \"prompt\"\nurl = \"http://127.0.0.1:1\"\nmodel = \"m\"\nmax_connections = 4\n";
+    let e = errors(prompt);
+    assert!(
+        e.contains("`max_connections` is a proxy-mode option"),
+        "{e}"
+    );
+}

@@ -30,16 +30,14 @@ async fn get(port: u16, host: &str, extra: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_loopback_hosts_and_local_origins_are_served() {
-    let replay = proxy_e2e::start_replay().await;
-    let port = proxy_e2e::free_port();
+/// A graph with an `openai` proxy on `port` in front of `upstream`, with `extra`
+/// options; returns once the proxy listens.
+async fn start_proxy(port: u16, upstream: &str, extra: &str) -> RunningGraph {
     let mut registry = Registry::new();
     registry.adapter(&patchbay_proxy::ADAPTER);
     let _out = ChannelOutput::register(&mut registry, "out", 64);
     let config = format!(
-        "[sources.llm]\ntype = \"openai\"\nlisten = \"127.0.0.1:{port}\"\nupstream = \"{}\"\nhealth_interval_ms = 0\n\n[outputs.sink]\ntype = \"out\"\ninputs = [\"llm\"]\n",
-        replay.url
+        "[sources.llm]\ntype = \"openai\"\nlisten = \"127.0.0.1:{port}\"\nupstream = \"{upstream}\"\nhealth_interval_ms = 0\n{extra}\n[outputs.sink]\ntype = \"out\"\ninputs = [\"llm\"]\n",
     );
     let graph = compile(&[SourceText::new("proxy.toml", config)], &registry).expect("compiles");
     let graph = RunningGraph::spawn(graph);
@@ -56,6 +54,14 @@ async fn only_loopback_hosts_and_local_origins_are_served() {
     })
     .await;
     assert!(served.is_ok(), "the proxy never listened");
+    graph
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_loopback_hosts_and_local_origins_are_served() {
+    let replay = proxy_e2e::start_replay().await;
+    let port = proxy_e2e::free_port();
+    let graph = start_proxy(port, &replay.url, "").await;
 
     for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
         let r = get(port, &host, "").await;
@@ -83,6 +89,48 @@ async fn only_loopback_hosts_and_local_origins_are_served() {
     assert_eq!(
         llm.http_refused.get("forbidden_origin"),
         Some(&1),
+        "{llm:?}"
+    );
+}
+
+/// [`get`], again while the answer is 503 (a connection just closed may still count).
+async fn get_past_the_cap(port: u16, host: &str) -> String {
+    for _ in 0..200 {
+        let r = get(port, host, "").await;
+        if status(&r) != 503 {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{host}: still refused for the connection cap");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_hosts_and_the_connection_cap_are_options() {
+    let replay = proxy_e2e::start_replay().await;
+    let port = proxy_e2e::free_port();
+    let extra = "allowed_hosts = [\"box.lan\"]\nmax_connections = 1\nheader_timeout_ms = 600000\n";
+    let graph = start_proxy(port, &replay.url, extra).await;
+
+    // With one connection allowed, the previous one may not be counted out yet: retry
+    // while the answer is 503.
+    let r = get_past_the_cap(port, &format!("box.lan:{port}")).await;
+    assert_eq!(status(&r), 200, "an allowed host: {r}");
+    let r = get_past_the_cap(port, &format!("other.lan:{port}")).await;
+    assert_eq!(status(&r), 403, "{r}");
+    // A client holding the one connection (it sends nothing: the header timeout is long)
+    // leaves none for the next, which is told so at once.
+    let held = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let r = get(port, &format!("127.0.0.1:{port}"), "").await;
+    assert_eq!(status(&r), 503, "a connection over the cap: {r}");
+    drop(held);
+    let report = graph.stop().await.expect("graph task");
+    let llm = report.telemetry.component("llm").expect("stats");
+    assert_eq!(llm.http_refused.get("forbidden_host"), Some(&1), "{llm:?}");
+    assert!(
+        llm.http_refused.get("too_many_connections") >= Some(&1),
         "{llm:?}"
     );
 }
