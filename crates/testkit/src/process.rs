@@ -41,11 +41,19 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// SIGTERM, then SIGKILL when the process is still there a minute later: a failed
+    /// test never hangs on a daemon that does not stop.
     fn drop(&mut self) {
         if matches!(self.0.try_wait(), Ok(None)) {
             let _ = Command::new("kill")
                 .args(["-TERM", &self.0.id().to_string()])
                 .status();
+            let guard = Instant::now();
+            while matches!(self.0.try_wait(), Ok(None)) && guard.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.0.kill();
         }
         let _ = self.0.wait();
     }
