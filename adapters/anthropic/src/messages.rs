@@ -462,7 +462,7 @@ impl MessagesDecoder {
         payload.insert("from".into(), Value::from("idle"));
         payload.insert("to".into(), Value::from("thinking"));
         let mut signal = self.signal("agent_state_change", payload, ts);
-        signal.metadata = (!meta.is_empty()).then_some(meta);
+        signal.set_metadata(meta);
         out.push(Decoded::Signal(signal));
     }
 
@@ -649,7 +649,7 @@ impl MessagesDecoder {
             payload.insert("model".into(), Value::String(model.clone()));
         }
         let mut signal = self.signal("token_usage", payload, ts);
-        signal.metadata = (!meta.is_empty()).then_some(meta);
+        signal.set_metadata(meta);
         out.push(Decoded::Signal(signal));
     }
 
@@ -676,7 +676,7 @@ impl MessagesDecoder {
         }
         let mut signal = self.signal("completion", payload, ts);
         signal.correlation_id.clone_from(&message.id);
-        signal.metadata = (!message.stop_meta.is_empty()).then_some(message.stop_meta);
+        signal.set_metadata(message.stop_meta);
         self.last_stopped = Some(message.id);
         out.push(Decoded::Signal(signal));
     }
@@ -714,7 +714,7 @@ impl MessagesDecoder {
         }
         .into_object();
         let mut signal = self.signal("error", payload, ts);
-        signal.metadata = (!meta.is_empty()).then_some(meta);
+        signal.set_metadata(meta);
         out.push(Decoded::Signal(signal));
     }
 

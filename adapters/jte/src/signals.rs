@@ -63,7 +63,7 @@ pub fn command_signal(source: &str, command: &JteCommand, timestamp: i64) -> Sig
     let mut signal = Signal::new(kind, source, payload).at(timestamp);
     signal.correlation_id = correlation;
     if !meta.is_empty() {
-        signal.metadata = Some(meta);
+        signal.metadata = Some(meta.into());
     }
     well_known::repair(&mut signal);
     signal

@@ -54,7 +54,7 @@ fn a_command_is_a_signal_of_its_name() {
         json!({"color": 31, "bold": true})
     );
     assert_eq!(
-        Value::Object(s.metadata.clone().unwrap()),
+        Value::Object(s.metadata.as_deref().unwrap().clone()),
         json!({"timeout": 500, "cont": false, "datatype": "style", "vendor_field": [1]})
     );
     assert_valid(&s);

@@ -415,7 +415,7 @@ impl ChatDecoder {
             payload.insert("agentId".into(), Value::String(self.agent_id()));
             payload.insert("content".into(), Value::String(thought));
             let mut signal = self.signal("thinking", payload, ctx.ts);
-            signal.metadata = self.choice_meta(index, &choice_extra, ctx);
+            signal.metadata = self.choice_meta(index, &choice_extra, ctx).map(Into::into);
             if let Some(other) = other_thought {
                 signal
                     .metadata_mut()
@@ -439,7 +439,7 @@ impl ChatDecoder {
             payload.insert("content".into(), Value::String(text));
             payload.insert("index".into(), Value::from(text_index));
             let mut signal = self.signal("text_delta", payload, ctx.ts);
-            signal.metadata = self.choice_meta(index, &choice_extra, ctx);
+            signal.metadata = self.choice_meta(index, &choice_extra, ctx).map(Into::into);
             if is_refusal {
                 signal
                     .metadata_mut()
@@ -475,7 +475,7 @@ impl ChatDecoder {
             payload.insert("index".into(), Value::from(index));
             payload.extend(choice_extra);
             let mut signal = self.signal("openai.choice", payload, ctx.ts);
-            signal.metadata = self.choice_meta(index, &Object::new(), ctx);
+            signal.metadata = self.choice_meta(index, &Object::new(), ctx).map(Into::into);
             out.push(Decoded::Signal(signal));
         }
     }
@@ -611,7 +611,7 @@ impl ChatDecoder {
             }
             payload.insert("input".into(), Value::Object(input));
             let mut signal = self.signal("tool_call", payload, ctx.ts);
-            signal.metadata = self.choice_meta(choice, choice_extra, ctx);
+            signal.metadata = self.choice_meta(choice, choice_extra, ctx).map(Into::into);
             if tool.legacy {
                 signal
                     .metadata_mut()
@@ -654,7 +654,7 @@ impl ChatDecoder {
         payload.insert("success".into(), Value::Bool(finish_succeeded(&reason)));
         payload.insert("result".into(), Value::String(reason));
         let mut signal = self.signal("completion", payload, ctx.ts);
-        signal.metadata = self.choice_meta(choice, choice_extra, ctx);
+        signal.metadata = self.choice_meta(choice, choice_extra, ctx).map(Into::into);
         self.add_stream_info(&mut signal);
         out.push(Decoded::Signal(signal));
     }
@@ -676,7 +676,7 @@ impl ChatDecoder {
             usage.retain(|_, v| informative(v));
             if !usage.is_empty() {
                 let mut signal = self.signal("openai.usage", usage, ctx.ts);
-                signal.metadata = (!ctx.extra.is_empty()).then(|| ctx.extra.clone());
+                signal.metadata = (!ctx.extra.is_empty()).then(|| ctx.extra.clone().into());
                 out.push(Decoded::Signal(signal));
             }
             return;
@@ -705,7 +705,7 @@ impl ChatDecoder {
         }
         extend(&mut meta, &ctx.extra);
         let mut signal = self.signal("token_usage", payload, ctx.ts);
-        signal.metadata = (!meta.is_empty()).then_some(meta);
+        signal.set_metadata(meta);
         self.add_stream_info(&mut signal);
         out.push(Decoded::Signal(signal));
     }
@@ -750,7 +750,7 @@ impl ChatDecoder {
         }
         .into_object();
         let mut signal = self.signal("error", payload, ctx.ts);
-        signal.metadata = (!meta.is_empty()).then_some(meta);
+        signal.set_metadata(meta);
         out.push(Decoded::Signal(signal));
     }
 }

@@ -56,7 +56,7 @@ pub(crate) fn command_result_signal(
         payload.insert("severity".into(), Value::String("error".into()));
         let mut s = Signal::new("error", source, payload);
         if !meta.is_empty() {
-            s.metadata = Some(meta);
+            s.metadata = Some(meta.into());
         }
         s
     };

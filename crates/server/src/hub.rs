@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use axum::extract::ws::Utf8Bytes;
 use patchbay_graph::ComponentStats;
-use patchbay_signal::{Object, SharedSignal};
+use patchbay_signal::{LazyObject, SharedSignal};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use tokio::sync::{Notify, watch};
 
@@ -78,13 +78,21 @@ impl Frame {
             put(&mut out, c);
         }
         out.extend_from_slice(b",\"metadata\":");
-        put(
-            &mut out,
-            &MetaWithSeq {
-                meta: s.metadata.as_ref(),
-                seq,
-            },
-        );
+        match s.metadata.as_ref() {
+            // Metadata kept as its text, without a `seq` of its own: the text with `seq`
+            // added last, the same bytes as serializing its tree and `seq`.
+            Some(meta) if meta.raw_has_key("seq") == Some(false) => {
+                let raw = meta.raw_json().unwrap_or("{}");
+                out.extend_from_slice(&raw.as_bytes()[..raw.len() - 1]);
+                if raw.len() > 2 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"\"seq\":");
+                put(&mut out, &seq);
+                out.push(b'}');
+            }
+            meta => put(&mut out, &MetaWithSeq { meta, seq }),
+        }
         out.extend_from_slice(b",\"payload\":");
         let payload_at = out.len();
         // A payload that arrived as compact JSON and passed unread is copied as it came
@@ -150,7 +158,7 @@ fn to_text(json: Vec<u8>) -> Utf8Bytes {
 }
 
 struct MetaWithSeq<'a> {
-    meta: Option<&'a Object>,
+    meta: Option<&'a LazyObject>,
     seq: u64,
 }
 
@@ -655,7 +663,7 @@ impl Hub {
 mod tests {
     use super::*;
     use patchbay_graph::telemetry::Role;
-    use patchbay_signal::{Signal, object};
+    use patchbay_signal::{Object, Signal, object};
 
     fn hub(ring: usize, queue: usize) -> Arc<Hub> {
         hub_with(ring, queue, false)
@@ -725,6 +733,26 @@ mod tests {
             e,
             serde_json::json!({"kind":"event","seq":7,"ts":5,"event":"a.b","data":{"x":1}})
         );
+    }
+
+    #[test]
+    fn metadata_kept_as_text_gets_seq_added_without_being_parsed() {
+        let mut normalizer = patchbay_signal::normalize::Normalizer::new("test:a");
+        for (metadata, expected) in [
+            (r#"{"t0":1}"#, r#"{"t0":1,"seq":7}"#),
+            ("{}", r#"{"seq":7}"#),
+            (r#"{"seq":3,"a":[1]}"#, r#"{"a":[1],"seq":7}"#),
+            (r#"{"a": 1}"#, r#"{"a":1,"seq":7}"#),
+        ] {
+            let text = format!(r#"{{"type":"x","id":"i","timestamp":1,"metadata":{metadata}}}"#);
+            let signal = normalizer.decode_text(&text).unwrap().into_signal();
+            let signal = Arc::new(signal);
+            let f = Frame::new(7, Arc::clone(&signal));
+            let v: serde_json::Value = serde_json::from_str(&f.text(Format::Sajou)).unwrap();
+            assert_eq!(v["metadata"].to_string(), expected, "{metadata}");
+            let kept = signal.metadata.as_ref().unwrap();
+            assert_eq!(kept.is_parsed(), kept.raw_has_key("seq") != Some(false));
+        }
     }
 
     #[test]

@@ -77,9 +77,11 @@ pub struct Signal {
         skip_serializing_if = "Option::is_none"
     )]
     pub correlation_id: Option<String>,
-    /// Adapter extras that the payload schema does not allow.
+    /// Adapter extras that the payload schema does not allow. Read and changed as an
+    /// [`Object`]; like the payload, metadata that arrived as compact JSON keeps its text
+    /// until something reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Object>,
+    pub metadata: Option<LazyObject>,
     /// The typed payload: its shape depends on `kind`. Read and changed as an [`Object`];
     /// a payload that arrived as compact JSON keeps its text until something reads it
     /// (see [`LazyObject`]).
@@ -95,7 +97,7 @@ impl Clone for Signal {
             timestamp: self.timestamp,
             source: self.source.clone(),
             correlation_id: self.correlation_id.clone(),
-            metadata: self.metadata.clone(),
+            metadata: self.metadata.as_ref().map(LazyObject::duplicate),
             payload: self.payload.duplicate(),
         }
     }
@@ -133,9 +135,14 @@ impl Signal {
         self
     }
 
+    /// Sets the metadata; an empty object leaves the signal without any.
+    pub fn set_metadata(&mut self, metadata: Object) {
+        self.metadata = (!metadata.is_empty()).then(|| metadata.into());
+    }
+
     /// The metadata object, created empty if absent.
     pub fn metadata_mut(&mut self) -> &mut Object {
-        self.metadata.get_or_insert_with(Object::new)
+        self.metadata.get_or_insert_with(LazyObject::new)
     }
 
     /// One metadata field, if present.
@@ -184,7 +191,7 @@ struct Head<'a> {
     #[serde(rename = "correlationId", skip_serializing_if = "Option::is_none")]
     correlation_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    metadata: Option<&'a Object>,
+    metadata: Option<&'a LazyObject>,
 }
 
 /// Current wall-clock time in epoch milliseconds.

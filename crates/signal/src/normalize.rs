@@ -158,8 +158,8 @@ impl Normalizer {
             timestamp: obj.shift_remove("timestamp"),
             source: obj.shift_remove("source"),
             correlation_id: obj.shift_remove("correlationId"),
-            metadata: obj.shift_remove("metadata"),
-            payload: obj.shift_remove("payload").map(PayloadField::Tree),
+            metadata: obj.shift_remove("metadata").map(ObjectField::Tree),
+            payload: obj.shift_remove("payload").map(ObjectField::Tree),
             rest: obj,
         };
         self.build(fields)
@@ -217,18 +217,19 @@ impl Normalizer {
             }
         };
         let mut metadata = match metadata {
-            Some(Value::Object(m)) => Some(m),
-            Some(Value::Null) | None => None,
-            Some(other) => {
+            Some(ObjectField::Text(m)) => Some(m),
+            Some(ObjectField::Tree(Value::Object(m))) => Some(m.into()),
+            Some(ObjectField::Tree(Value::Null)) | None => None,
+            Some(ObjectField::Tree(other)) => {
                 unknown.insert("metadata".into(), other);
                 None
             }
         };
         let payload = match payload {
-            Some(PayloadField::Text(p)) => p,
-            Some(PayloadField::Tree(Value::Object(p))) => p.into(),
-            None | Some(PayloadField::Tree(Value::Null)) => LazyObject::new(),
-            Some(PayloadField::Tree(other)) => {
+            Some(ObjectField::Text(p)) => p,
+            Some(ObjectField::Tree(Value::Object(p))) => p.into(),
+            None | Some(ObjectField::Tree(Value::Null)) => LazyObject::new(),
+            Some(ObjectField::Tree(other)) => {
                 let mut p = Object::new();
                 p.insert("value".into(), other);
                 p.into()
@@ -237,7 +238,7 @@ impl Normalizer {
         unknown.extend(rest);
         if !unknown.is_empty() {
             metadata
-                .get_or_insert_with(Object::new)
+                .get_or_insert_with(LazyObject::new)
                 .insert("unknown".into(), Value::Object(unknown));
         }
         let mut signal = Signal {
@@ -261,14 +262,15 @@ struct Fields {
     timestamp: Option<Value>,
     source: Option<Value>,
     correlation_id: Option<Value>,
-    metadata: Option<Value>,
-    payload: Option<PayloadField>,
+    metadata: Option<ObjectField>,
+    payload: Option<ObjectField>,
     /// Every other field, in the producer's order.
     rest: Object,
 }
 
-/// An envelope's `payload`: an object kept as its text, or any value as a tree.
-enum PayloadField {
+/// An envelope's `payload` or `metadata`: an object kept as its text, or any value as a
+/// tree.
+enum ObjectField {
     Text(LazyObject),
     Tree(Value),
 }
@@ -345,17 +347,21 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                     rest: Object::new(),
                 };
                 while let Some(key) = map.next_key::<Key>()? {
-                    if let Key::Payload = key {
-                        // Kept as text when it can be (most payloads pass unread); any
-                        // other value is read as the general path reads it.
+                    if let Key::Payload | Key::Metadata = key {
+                        // Kept as text when it can be (most pass unread); any other value
+                        // is read as the general path reads it.
                         let raw: &RawValue = map.next_value()?;
-                        fields.payload = Some(match LazyObject::from_json(raw.get()) {
-                            Some(lazy) => PayloadField::Text(lazy),
-                            None => PayloadField::Tree(
+                        let field = Some(match LazyObject::from_json(raw.get()) {
+                            Some(lazy) => ObjectField::Text(lazy),
+                            None => ObjectField::Tree(
                                 serde_json::from_str(raw.get())
                                     .map_err(serde::de::Error::custom)?,
                             ),
                         });
+                        match key {
+                            Key::Payload => fields.payload = field,
+                            _ => fields.metadata = field,
+                        }
                         continue;
                     }
                     let value: Value = map.next_value()?;
@@ -365,8 +371,7 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                         Key::Timestamp => fields.timestamp = Some(value),
                         Key::Source => fields.source = Some(value),
                         Key::CorrelationId => fields.correlation_id = Some(value),
-                        Key::Metadata => fields.metadata = Some(value),
-                        Key::Payload => {}
+                        Key::Payload | Key::Metadata => {}
                         Key::Other(name) => {
                             fields.rest.insert(name, value);
                         }

@@ -225,7 +225,7 @@ impl Path {
                 };
             }
             Root::Metadata if self.segments.is_empty() => {
-                return signal.metadata.take().map(Value::Object);
+                return signal.metadata.take().map(Value::from);
             }
             Root::Payload if self.segments.is_empty() => {
                 return Some(std::mem::take(&mut signal.payload).into());
@@ -284,7 +284,7 @@ impl Path {
             }
             Root::Metadata if self.segments.is_empty() => {
                 match value {
-                    Value::Object(o) => signal.metadata = Some(o),
+                    Value::Object(o) => signal.metadata = Some(o.into()),
                     Value::Null => signal.metadata = None,
                     _ => return Err(wrong("an object")),
                 }

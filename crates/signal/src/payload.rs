@@ -61,6 +61,14 @@ impl LazyObject {
         self.raw.as_deref()
     }
 
+    /// Whether the kept text has a top-level field `key` (a plain key, without escapes);
+    /// `None` when no text is kept.
+    pub fn raw_has_key(&self, key: &str) -> Option<bool> {
+        let raw = self.raw.as_deref()?;
+        // `fields_of_canonical` reports `false` when the visit stopped: at `key`.
+        Some(!fields_of_canonical(raw, |k, _| k != key))
+    }
+
     /// Whether the tree has been built (for tests and measurements).
     pub fn is_parsed(&self) -> bool {
         self.tree.get().is_some()

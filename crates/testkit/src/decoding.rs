@@ -78,7 +78,7 @@ pub fn comparable(decoded: &Decoded) -> (bool, String, Option<String>, String, S
         s.correlation_id,
         Value::from(s.payload).to_string(),
         s.metadata
-            .map(|m| Value::Object(m).to_string())
+            .map(|m| Value::from(m).to_string())
             .unwrap_or_default(),
     )
 }

@@ -663,7 +663,13 @@ fn comparable(out: &[Decoded]) -> Vec<(bool, String, i64, Object, Option<Object>
         .map(|d| {
             let bad = d.is_bad();
             let s = d.clone().into_signal();
-            (bad, s.kind, s.timestamp, s.payload.into(), s.metadata)
+            (
+                bad,
+                s.kind,
+                s.timestamp,
+                s.payload.into(),
+                s.metadata.map(Into::into),
+            )
         })
         .collect()
 }
