@@ -514,3 +514,18 @@ fn discovery_errors_keep_their_places() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn a_secret_substituted_into_a_type_is_not_shown_in_its_error() {
+    // Found by the `config` fuzz target.
+    let config = "[sources.feed]\ntype = \"scts?token=${PB_SECRET_IN_TYPE}\"\n";
+    let errors = patchbay_graph::compile::compile_with_env(
+        &[SourceText::new("t.toml", config)],
+        &registry(),
+        &|name| (name == "PB_SECRET_IN_TYPE").then(|| "s3cret".to_owned()),
+    )
+    .expect_err("an unknown type");
+    let text: String = errors.iter().map(ToString::to_string).collect();
+    assert!(!text.contains("s3cret"), "{text}");
+    assert!(text.contains("${PB_SECRET_IN_TYPE}"), "{text}");
+}

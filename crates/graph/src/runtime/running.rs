@@ -362,32 +362,7 @@ impl Running {
             .map(|(i, n)| (n.name.as_str(), i))
             .collect();
 
-        // Which old node each new one is (kept running), if any.
-        let mut keep: Vec<Option<usize>> = vec![None; graph.nodes.len()];
-        for (i, node) in graph.nodes.iter().enumerate() {
-            let kind = Kind::of(&node.kind);
-            let Some(&o) = old_by_name.get(node.name.as_str()) else {
-                continue;
-            };
-            let old = &self.nodes[o];
-            let alive = match (kind, old.slot) {
-                // An output's inbound side lives and dies with its output.
-                (Kind::Inbound, _) => continue,
-                // An endless source or an output whose task ended is rebuilt.
-                (_, Some(s)) => old.finite || self.slots[s].running,
-                (_, None) => true,
-            };
-            if old.kind == kind && old.fingerprint == node.fingerprint && alive {
-                keep[i] = Some(o);
-            }
-        }
-        for (i, node) in graph.nodes.iter().enumerate() {
-            if let NodeKind::Inbound { output } = node.kind
-                && keep[output].is_some()
-            {
-                keep[i] = old_by_name.get(node.name.as_str()).copied();
-            }
-        }
+        let keep = self.kept_nodes(&graph, &old_by_name);
         let kept: HashSet<usize> = keep.iter().flatten().copied().collect();
 
         // Filters that go flush what they hold, into today's outputs.
@@ -410,31 +385,8 @@ impl Running {
             }
         }
 
-        // The new engine, with the kept filters' state. A component rebuilt under its
-        // name and type goes on counting where the old one stopped.
-        let stats: Vec<Arc<ComponentStats>> = graph
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let same = keep[i].or_else(|| {
-                    old_by_name
-                        .get(&n.name)
-                        .copied()
-                        .filter(|&o| self.stats[o].type_name() == n.type_name)
-                });
-                match same {
-                    Some(o) => {
-                        self.stats[o].set_inputs(inputs_of(&graph, n));
-                        if keep[i].is_none() {
-                            self.stats[o].set_state(HealthState::Starting, None);
-                        }
-                        Arc::clone(&self.stats[o])
-                    }
-                    None => Arc::new(stats_for(&graph, n)),
-                }
-            })
-            .collect();
+        // The new engine, with the kept filters' state.
+        let stats = self.carry_stats(&graph, &keep, &old_by_name);
         let mut engine = Engine::new(&graph.nodes, stats.clone());
         let mut ended_kept = Vec::new();
         for (i, k) in keep.iter().enumerate() {
@@ -450,67 +402,7 @@ impl Running {
             }
         }
 
-        // What goes: sources stop (what they still send goes where it went), outputs
-        // close their queue and drain; a rebuilt one waits for the old one to be gone.
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut predecessors: HashMap<String, Predecessor> = HashMap::new();
-        let mut removed = 0usize;
-        for (o, old) in self.nodes.iter().enumerate() {
-            if kept.contains(&o) {
-                continue;
-            }
-            let replacement = new_by_name
-                .get(old.name.as_str())
-                .copied()
-                .filter(|&n| Kind::of(&graph.nodes[n].kind) == old.kind);
-            if replacement.is_none() && old.kind != Kind::Inbound {
-                removed += 1;
-            }
-            let Some(slot) = old.slot else { continue };
-            if matches!(old.kind, Kind::Source | Kind::Inbound) {
-                let s = &self.slots[slot];
-                let live = s.running || old.kind == Kind::Inbound;
-                self.slots[slot].target = match replacement {
-                    Some(n) => Target::Replaced(n),
-                    None if live => {
-                        let consumers = self
-                            .engine
-                            .consumers_of(o)
-                            .iter()
-                            .map(|port| {
-                                port.iter()
-                                    .filter_map(|c| {
-                                        new_by_name.get(self.nodes[*c].name.as_str()).copied()
-                                    })
-                                    .collect()
-                            })
-                            .collect();
-                        Target::Retired(
-                            engine.add_retired_producer(consumers, Arc::clone(&self.stats[o])),
-                        )
-                    }
-                    None => Target::Gone,
-                };
-            }
-            if old.kind == Kind::Output
-                && let Some(q) = &self.queues[o]
-            {
-                q.close();
-            }
-            if let Some(t) = &self.slots[slot].task {
-                t.stop.send_replace(Some(Deadline(Some(deadline))));
-                if replacement.is_some() {
-                    predecessors.insert(
-                        old.name.clone(),
-                        Predecessor {
-                            done: t.done.clone(),
-                            abort: t.abort.clone(),
-                            grace: self.timeout,
-                        },
-                    );
-                }
-            }
-        }
+        let (mut predecessors, removed) = self.retire(&graph, &kept, &new_by_name, &mut engine);
 
         // The new config's instances: kept ones move to their new node, new ones start.
         let (mut added, mut rebuilt, mut same) = (0usize, 0usize, 0usize);
@@ -597,6 +489,150 @@ impl Running {
             self.engine.end(i, now, &mut |o, s| pending.push((o, s)));
         }
         format!("{same} kept, {rebuilt} rebuilt, {added} added, {removed} removed")
+    }
+
+    /// Which running node each node of `graph` is, when it keeps running: the same name,
+    /// kind and fingerprint, and still alive (an endless source or an output whose task
+    /// ended is rebuilt). An output's inbound side goes with its output.
+    fn kept_nodes(
+        &self,
+        graph: &Graph,
+        old_by_name: &HashMap<String, usize>,
+    ) -> Vec<Option<usize>> {
+        let mut keep: Vec<Option<usize>> = vec![None; graph.nodes.len()];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let kind = Kind::of(&node.kind);
+            let Some(&o) = old_by_name.get(node.name.as_str()) else {
+                continue;
+            };
+            let old = &self.nodes[o];
+            let alive = match (kind, old.slot) {
+                // An output's inbound side lives and dies with its output.
+                (Kind::Inbound, _) => continue,
+                // An endless source or an output whose task ended is rebuilt.
+                (_, Some(s)) => old.finite || self.slots[s].running,
+                (_, None) => true,
+            };
+            if old.kind == kind && old.fingerprint == node.fingerprint && alive {
+                keep[i] = Some(o);
+            }
+        }
+        for (i, node) in graph.nodes.iter().enumerate() {
+            if let NodeKind::Inbound { output } = node.kind
+                && keep[output].is_some()
+            {
+                keep[i] = old_by_name.get(node.name.as_str()).copied();
+            }
+        }
+        keep
+    }
+
+    /// The stats of each node of `graph`: a kept component's, or those of the one it
+    /// rebuilds under the same name and type (it goes on counting where the old one
+    /// stopped), else new ones.
+    fn carry_stats(
+        &self,
+        graph: &Graph,
+        keep: &[Option<usize>],
+        old_by_name: &HashMap<String, usize>,
+    ) -> Vec<Arc<ComponentStats>> {
+        graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let same = keep[i].or_else(|| {
+                    old_by_name
+                        .get(&n.name)
+                        .copied()
+                        .filter(|&o| self.stats[o].type_name() == n.type_name)
+                });
+                match same {
+                    Some(o) => {
+                        self.stats[o].set_inputs(inputs_of(graph, n));
+                        if keep[i].is_none() {
+                            self.stats[o].set_state(HealthState::Starting, None);
+                        }
+                        Arc::clone(&self.stats[o])
+                    }
+                    None => Arc::new(stats_for(graph, n)),
+                }
+            })
+            .collect()
+    }
+
+    /// Stops what the new config does not keep: sources stop (what they still send goes
+    /// where it went: to their replacement, or through `engine` to the consumers that
+    /// remain), outputs close their queue and drain. Returns the tasks a rebuilt
+    /// component must wait for (by name) and how many components were removed.
+    fn retire(
+        &mut self,
+        graph: &Graph,
+        kept: &HashSet<usize>,
+        new_by_name: &HashMap<&str, usize>,
+        engine: &mut Engine,
+    ) -> (HashMap<String, Predecessor>, usize) {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut predecessors: HashMap<String, Predecessor> = HashMap::new();
+        let mut removed = 0usize;
+        for (o, old) in self.nodes.iter().enumerate() {
+            if kept.contains(&o) {
+                continue;
+            }
+            let replacement = new_by_name
+                .get(old.name.as_str())
+                .copied()
+                .filter(|&n| Kind::of(&graph.nodes[n].kind) == old.kind);
+            if replacement.is_none() && old.kind != Kind::Inbound {
+                removed += 1;
+            }
+            let Some(slot) = old.slot else { continue };
+            if matches!(old.kind, Kind::Source | Kind::Inbound) {
+                let s = &self.slots[slot];
+                let live = s.running || old.kind == Kind::Inbound;
+                self.slots[slot].target = match replacement {
+                    Some(n) => Target::Replaced(n),
+                    None if live => {
+                        let consumers = self
+                            .engine
+                            .consumers_of(o)
+                            .iter()
+                            .map(|port| {
+                                port.iter()
+                                    .filter_map(|c| {
+                                        new_by_name.get(self.nodes[*c].name.as_str()).copied()
+                                    })
+                                    .collect()
+                            })
+                            .collect();
+                        Target::Retired(
+                            engine.add_retired_producer(consumers, Arc::clone(&self.stats[o])),
+                        )
+                    }
+                    None => Target::Gone,
+                };
+            }
+            if old.kind == Kind::Output
+                && let Some(q) = &self.queues[o]
+            {
+                q.close();
+            }
+            if let Some(t) = &self.slots[slot].task {
+                t.stop.send_replace(Some(Deadline(Some(deadline))));
+                if replacement.is_some() {
+                    predecessors.insert(
+                        old.name.clone(),
+                        Predecessor {
+                            done: t.done.clone(),
+                            abort: t.abort.clone(),
+                            grace: self.timeout,
+                        },
+                    );
+                }
+            }
+        }
+
+        (predecessors, removed)
     }
 
     /// Starts a new instance of node `i` (a source or an output with its inbound side);
