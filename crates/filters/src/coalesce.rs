@@ -9,12 +9,12 @@ use patchbay_signal::{SharedSignal, Signal};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::key_timers::KeyTimers;
+use crate::ConfigError;
+use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::keyed::Slot;
 use crate::options::{
     DotPath, KeyPaths, default_max_keys, max_keys_bound, parse_path, positive, positive_opt,
 };
-use crate::{ConfigError, RESET};
 
 /// Options of a `coalesce` filter.
 ///
@@ -145,7 +145,7 @@ impl Coalesce {
     /// Emits the run of `slot` now, after the runs of other keys that started before it.
     fn release(&mut self, slot: Slot, emit: &mut Emit) {
         while let Some(earlier) = self.keys.pop_before(slot) {
-            emit.pass(earlier.signal);
+            emit.pass(earlier);
         }
         if let Some(signal) = self.keys.take(slot) {
             emit.pass(signal);
@@ -184,11 +184,9 @@ impl Filter for Coalesce {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
         let now = self.keys.advance(now);
         self.on_timer(now, emit);
-        if signal.kind == RESET {
-            self.keys.release_all(emit);
-            emit.pass(signal);
+        let Some(signal) = self.keys.pass_reset(signal, emit) else {
             return;
-        }
+        };
         let Some(text) = self.text(&signal) else {
             // Not part of a run: the key's run (if any) goes first.
             if let Some(slot) = self.keys.find(&signal)
@@ -233,9 +231,7 @@ impl Filter for Coalesce {
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        while let Some(release) = self.keys.pop_due(now) {
-            emit.pass(release.signal);
-        }
+        self.keys.release_due(now, emit, |_, _| AfterRelease::Keep);
     }
 
     fn flush(&mut self, emit: &mut Emit) {

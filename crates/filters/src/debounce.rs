@@ -6,9 +6,9 @@ use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
 use serde::Deserialize;
 
-use crate::key_timers::KeyTimers;
+use crate::ConfigError;
+use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::options::{KeyPaths, default_max_keys, max_keys_bound, positive, positive_opt};
-use crate::{ConfigError, RESET};
 
 /// Options of a `debounce` filter.
 ///
@@ -101,11 +101,9 @@ impl Filter for Debounce {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
         let now = self.keys.advance(now);
         self.on_timer(now, emit);
-        if signal.kind == RESET {
-            self.keys.release_all(emit);
-            emit.pass(signal);
+        let Some(signal) = self.keys.pass_reset(signal, emit) else {
             return;
-        }
+        };
         let slot = self.keys.entry(&signal, |_| Burst::default(), emit);
         let holding = self.keys.is_holding(slot);
         let Some(burst) = self.keys.state_mut(slot) else {
@@ -128,11 +126,9 @@ impl Filter for Debounce {
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        while let Some(release) = self.keys.pop_due(now) {
-            // The burst is over: the key is forgotten (nothing is left to remember).
-            self.keys.remove(release.slot);
-            emit.pass(release.signal);
-        }
+        // The burst is over: the key is forgotten (nothing is left to remember).
+        self.keys
+            .release_due(now, emit, |_, _| AfterRelease::Forget);
     }
 
     fn flush(&mut self, emit: &mut Emit) {

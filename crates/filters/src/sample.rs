@@ -8,13 +8,13 @@ use patchbay_signal::SharedSignal;
 use patchbay_signal::path::Path;
 use serde::Deserialize;
 
-use crate::key_timers::KeyTimers;
+use crate::ConfigError;
+use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::keyed::Key;
 use crate::options::{
     DotPath, MAX_COUNT, MAX_KEYS, default_max_keys, max_keys_bound, positive, positive_opt,
     ratio_opt, seed_opt,
 };
-use crate::{ConfigError, RESET};
 
 /// The seed of `ratio` when none is given: runs are reproducible by default.
 pub const DEFAULT_SEED: u64 = 0x5EED_0F5A_4D1E;
@@ -197,11 +197,9 @@ impl Filter for Sample {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
         let now = self.keys.advance(now);
         self.on_timer(now, emit);
-        if signal.kind == RESET {
-            self.keys.release_all(emit);
-            emit.pass(signal);
+        let Some(signal) = self.keys.pass_reset(signal, emit) else {
             return;
-        }
+        };
         let (seed, is_keyed) = (self.settings.seed, self.keys.is_keyed());
         let slot = self
             .keys
@@ -239,11 +237,9 @@ impl Filter for Sample {
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        while let Some(release) = self.keys.pop_due(now) {
-            // A window's key has nothing else to remember: forget it.
-            self.keys.remove(release.slot);
-            emit.pass(release.signal);
-        }
+        // A window's key has nothing else to remember: forget it.
+        self.keys
+            .release_due(now, emit, |_, _| AfterRelease::Forget);
     }
 
     fn flush(&mut self, emit: &mut Emit) {

@@ -8,11 +8,11 @@ use patchbay_signal::SharedSignal;
 use patchbay_signal::path::Path;
 use serde::Deserialize;
 
-use crate::key_timers::KeyTimers;
+use crate::ConfigError;
+use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::options::{
     DotPath, MAX_COUNT, MAX_KEYS, Rate, default_max_keys, max_keys_bound, positive, positive_opt,
 };
-use crate::{ConfigError, RESET};
 
 /// Options of a `throttle` filter.
 ///
@@ -214,11 +214,9 @@ impl Filter for Throttle {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
         let now = self.keys.advance(now);
         self.on_timer(now, emit);
-        if signal.kind == RESET {
-            self.keys.release_all(emit);
-            emit.pass(signal);
+        let Some(signal) = self.keys.pass_reset(signal, emit) else {
             return;
-        }
+        };
         let slot = self.keys.entry(&signal, |_| KeyState::default(), emit);
         let pending = self.keys.is_holding(slot);
         let mode = self.settings.emit;
@@ -261,19 +259,17 @@ impl Filter for Throttle {
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        while let Some(release) = self.keys.pop_due(now) {
-            if let Some(state) = self.keys.state_mut(release.slot) {
-                let due = release.due;
-                match self.settings.limit {
-                    // The released signal ends this window and starts the next one.
-                    Limit::Interval(interval) => {
-                        state.window_end = Some(due.saturating_add(interval));
-                    }
-                    Limit::Rate(gcra) => state.tat = Some(gcra.after_pass(state.tat, due)),
+        let limit = self.settings.limit;
+        self.keys.release_due(now, emit, |due, state| {
+            match limit {
+                // The released signal ends this window and starts the next one.
+                Limit::Interval(interval) => {
+                    state.window_end = Some(due.saturating_add(interval));
                 }
+                Limit::Rate(gcra) => state.tat = Some(gcra.after_pass(state.tat, due)),
             }
-            emit.pass(release.signal);
-        }
+            AfterRelease::Keep
+        });
     }
 
     fn flush(&mut self, emit: &mut Emit) {
