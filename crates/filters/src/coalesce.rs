@@ -11,10 +11,8 @@ use serde_json::Value;
 
 use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
-use crate::keyed::Slot;
-use crate::options::{
-    DotPath, KeyPaths, default_max_keys, max_keys_bound, parse_path, positive, positive_opt,
-};
+use crate::keyed::{KeySpec, Slot};
+use crate::options::{DotPath, KeyPaths, default_max_keys, parse_path, positive, positive_opt};
 
 /// Options of a `coalesce` filter.
 ///
@@ -91,12 +89,11 @@ impl CoalesceConfig {
             max_chars: self
                 .max_chars
                 .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
-            key: self.key.0,
-            max_keys: max_keys_bound(self.max_keys),
+            keys: KeySpec::new(self.key.0, self.max_keys),
         });
         Ok(FilterSpec::new(Some(self.clock), move || {
             Box::new(Coalesce {
-                keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
+                keys: KeyTimers::new(&settings.keys),
                 settings: settings.clone(),
             })
         }))
@@ -109,8 +106,7 @@ struct Settings {
     field: Path,
     window: i64,
     max_chars: Option<usize>,
-    key: Vec<Path>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 /// A key's current run.

@@ -8,7 +8,8 @@ use serde::Deserialize;
 
 use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
-use crate::options::{KeyPaths, default_max_keys, max_keys_bound, positive, positive_opt};
+use crate::keyed::KeySpec;
+use crate::options::{KeyPaths, default_max_keys, positive, positive_opt};
 
 /// Options of a `debounce` filter.
 ///
@@ -64,12 +65,11 @@ impl DebounceConfig {
         let settings = Arc::new(Settings {
             quiet: ms(self.quiet_ms),
             max_wait: self.max_wait_ms.map(ms),
-            key: self.key.0,
-            max_keys: max_keys_bound(self.max_keys),
+            keys: KeySpec::new(self.key.0, self.max_keys),
         });
         Ok(FilterSpec::new(Some(self.clock), move || {
             Box::new(Debounce {
-                keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
+                keys: KeyTimers::new(&settings.keys),
                 settings: settings.clone(),
             })
         }))
@@ -80,8 +80,7 @@ impl DebounceConfig {
 struct Settings {
     quiet: i64,
     max_wait: Option<i64>,
-    key: Vec<patchbay_signal::path::Path>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 /// A key's burst.

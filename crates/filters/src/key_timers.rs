@@ -4,11 +4,10 @@
 //! filter's clock and what a `reset` signal does to them.
 
 use patchbay_graph::Emit;
-use patchbay_signal::path::Path;
 use patchbay_signal::{SharedSignal, Signal};
 
 use crate::RESET;
-use crate::keyed::{Key, Keyed, Slot, Timers};
+use crate::keyed::{Key, KeySpec, Keyed, Slot, Timers};
 
 /// A signal waiting for its timer.
 #[derive(Debug)]
@@ -47,11 +46,10 @@ pub(crate) struct KeyTimers<S> {
 }
 
 impl<S> KeyTimers<S> {
-    /// No keys, keyed by the values at `paths` (one shared key without a path), at most
-    /// `max_keys` of them.
-    pub(crate) fn new(paths: impl IntoIterator<Item = Path>, max_keys: usize) -> Self {
+    /// No keys yet, keyed as `spec` says.
+    pub(crate) fn new(spec: &KeySpec) -> Self {
         KeyTimers {
-            keys: Keyed::new(paths, max_keys),
+            keys: Keyed::new(spec),
             timers: Timers::default(),
             seq: 0,
             now: i64::MIN,

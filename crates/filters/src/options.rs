@@ -204,11 +204,6 @@ pub(crate) fn default_max_keys() -> u64 {
     DEFAULT_MAX_KEYS
 }
 
-/// `max_keys` as a container bound.
-pub(crate) fn max_keys_bound(max_keys: u64) -> usize {
-    usize::try_from(max_keys).unwrap_or(usize::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,15 +5,13 @@ use std::sync::Arc;
 use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
-use patchbay_signal::path::Path;
 use serde::Deserialize;
 
 use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
-use crate::keyed::Key;
+use crate::keyed::{Key, KeySpec};
 use crate::options::{
-    DotPath, MAX_COUNT, MAX_KEYS, default_max_keys, max_keys_bound, positive, positive_opt,
-    ratio_opt, seed_opt,
+    DotPath, MAX_COUNT, MAX_KEYS, default_max_keys, positive, positive_opt, ratio_opt, seed_opt,
 };
 
 /// The seed of `ratio` when none is given: runs are reproducible by default.
@@ -120,8 +118,7 @@ impl SampleConfig {
         let settings = Arc::new(Settings {
             mode,
             seed: self.seed.unwrap_or(DEFAULT_SEED),
-            key: self.key.map(|k| k.0),
-            max_keys: max_keys_bound(self.max_keys),
+            keys: KeySpec::new(self.key.map(|k| k.0), self.max_keys),
         });
         Ok(FilterSpec::new(clock, move || {
             Box::new(Sample::new(settings.clone()))
@@ -133,8 +130,7 @@ impl SampleConfig {
 struct Settings {
     mode: Mode,
     seed: u64,
-    key: Option<Path>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -187,7 +183,7 @@ pub struct Sample {
 impl Sample {
     fn new(settings: Arc<Settings>) -> Self {
         Sample {
-            keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
+            keys: KeyTimers::new(&settings.keys),
             settings,
         }
     }

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
-use patchbay_signal::path::Path;
 use serde::Deserialize;
 
 use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
+use crate::keyed::KeySpec;
 use crate::options::{
-    DotPath, MAX_COUNT, MAX_KEYS, Rate, default_max_keys, max_keys_bound, positive, positive_opt,
+    DotPath, MAX_COUNT, MAX_KEYS, Rate, default_max_keys, positive, positive_opt,
 };
 
 /// Options of a `throttle` filter.
@@ -110,8 +110,7 @@ impl ThrottleConfig {
         let settings = Arc::new(Settings {
             limit,
             emit: self.emit,
-            key: self.key.map(|k| k.0),
-            max_keys: max_keys_bound(self.max_keys),
+            keys: KeySpec::new(self.key.map(|k| k.0), self.max_keys),
         });
         Ok(FilterSpec::new(Some(self.clock), move || {
             Box::new(Throttle::new(settings.clone()))
@@ -123,8 +122,7 @@ impl ThrottleConfig {
 struct Settings {
     limit: Limit,
     emit: EmitMode,
-    key: Option<Path>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -204,7 +202,7 @@ pub struct Throttle {
 impl Throttle {
     fn new(settings: Arc<Settings>) -> Self {
         Throttle {
-            keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
+            keys: KeyTimers::new(&settings.keys),
             settings,
         }
     }
