@@ -12,7 +12,9 @@ use serde_json::Value;
 use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::keyed::{KeySpec, Slot};
-use crate::options::{DotPath, KeyPaths, default_max_keys, parse_path, positive, positive_opt};
+use crate::options::{
+    DotPath, KeyPaths, default_max_keys, millis, parse_path, positive, positive_opt,
+};
 
 /// Options of a `coalesce` filter.
 ///
@@ -85,7 +87,7 @@ impl CoalesceConfig {
         let settings = Arc::new(Settings {
             types: self.types,
             field: self.field.0,
-            window: i64::try_from(self.window_ms).unwrap_or(i64::MAX),
+            window: millis(self.window_ms),
             max_chars: self
                 .max_chars
                 .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::keyed::KeySpec;
-use crate::options::{KeyPaths, default_max_keys, positive, positive_opt};
+use crate::options::{KeyPaths, default_max_keys, millis, positive, positive_opt};
 
 /// Options of a `debounce` filter.
 ///
@@ -46,10 +46,6 @@ pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
     config.into_spec().map_err(|e| e.locate(options))
 }
 
-fn ms(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
 impl DebounceConfig {
     /// Checks the options and makes the filter's spec.
     pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
@@ -63,8 +59,8 @@ impl DebounceConfig {
             ));
         }
         let settings = Arc::new(Settings {
-            quiet: ms(self.quiet_ms),
-            max_wait: self.max_wait_ms.map(ms),
+            quiet: millis(self.quiet_ms),
+            max_wait: self.max_wait_ms.map(millis),
             keys: KeySpec::new(self.key.0, self.max_keys),
         });
         Ok(FilterSpec::new(Some(self.clock), move || {

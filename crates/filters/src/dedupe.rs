@@ -8,7 +8,7 @@ use patchbay_signal::{SharedSignal, Signal};
 use serde::Deserialize;
 
 use crate::keyed::{Key, KeySpec, Keyed};
-use crate::options::{DotPath, default_max_keys, positive, positive_opt};
+use crate::options::{DotPath, default_max_keys, millis, positive, positive_opt};
 use crate::{ConfigError, RESET};
 
 /// Options of a `dedupe` filter.
@@ -67,7 +67,7 @@ impl DedupeConfig {
         };
         let settings = Arc::new(Settings {
             fields,
-            window: self.window_ms.map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
+            window: self.window_ms.map(millis),
             // Each key is computed by `key` below (from `fields` or the whole envelope).
             keys: KeySpec::new(None, self.max_keys),
         });

@@ -11,7 +11,8 @@ use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::keyed::{Key, KeySpec};
 use crate::options::{
-    DotPath, MAX_COUNT, MAX_KEYS, default_max_keys, positive, positive_opt, ratio_opt, seed_opt,
+    DotPath, MAX_COUNT, MAX_KEYS, default_max_keys, millis, positive, positive_opt, ratio_opt,
+    seed_opt,
 };
 
 /// The seed of `ratio` when none is given: runs are reproducible by default.
@@ -95,7 +96,7 @@ impl SampleConfig {
         let mode = match (self.every, self.ratio, self.interval_ms) {
             (Some(n), _, _) => Mode::Every(n),
             (_, Some(p), _) => Mode::Ratio(p),
-            (_, _, Some(ms)) => Mode::Interval(i64::try_from(ms).unwrap_or(i64::MAX)),
+            (_, _, Some(ms)) => Mode::Interval(millis(ms)),
             _ => {
                 return Err(ConfigError::whole(
                     "sample needs one of `every` (one in N), `ratio` (0 to 1) or `interval_ms`",

@@ -11,7 +11,7 @@ use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::keyed::KeySpec;
 use crate::options::{
-    DotPath, MAX_COUNT, MAX_KEYS, Rate, default_max_keys, positive, positive_opt,
+    DotPath, MAX_COUNT, MAX_KEYS, Rate, default_max_keys, millis, positive, positive_opt,
 };
 
 /// Options of a `throttle` filter.
@@ -103,7 +103,7 @@ impl ThrottleConfig {
                 if self.burst.is_some() {
                     return Err(ConfigError::at("burst", "`burst` only applies with `rate`"));
                 }
-                Limit::Interval(i64::try_from(ms).unwrap_or(i64::MAX))
+                Limit::Interval(millis(ms))
             }
             (None, Some(rate)) => Limit::Rate(Gcra::new(rate, self.burst.unwrap_or(1))),
         };
