@@ -60,10 +60,7 @@ impl DeltaConfig {
     pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         let bound = match (self.threshold, self.percent) {
             (Some(_), Some(_)) => {
-                return Err(ConfigError::at(
-                    "percent",
-                    "use either `threshold` or `percent`, not both",
-                ));
+                return Err(ConfigError::not_both("threshold", "percent"));
             }
             (_, Some(p)) => Bound::Percent(p),
             (t, None) => Bound::Absolute(t.unwrap_or(0.0)),

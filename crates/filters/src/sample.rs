@@ -104,15 +104,12 @@ impl SampleConfig {
             }
         };
         if self.seed.is_some() && !matches!(mode, Mode::Ratio(_)) {
-            return Err(ConfigError::at("seed", "`seed` only applies with `ratio`"));
+            return Err(ConfigError::only_with("seed", "ratio"));
         }
         let clock = match mode {
             Mode::Interval(_) => Some(self.clock.unwrap_or_default()),
             _ if self.clock.is_some() => {
-                return Err(ConfigError::at(
-                    "clock",
-                    "`clock` only applies with `interval_ms`",
-                ));
+                return Err(ConfigError::only_with("clock", "interval_ms"));
             }
             _ => None,
         };

@@ -89,10 +89,7 @@ impl ThrottleConfig {
     pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         let limit = match (self.interval_ms, self.rate) {
             (Some(_), Some(_)) => {
-                return Err(ConfigError::at(
-                    "rate",
-                    "use either `interval_ms` or `rate`, not both",
-                ));
+                return Err(ConfigError::not_both("interval_ms", "rate"));
             }
             (None, None) => {
                 return Err(ConfigError::whole(
@@ -101,7 +98,7 @@ impl ThrottleConfig {
             }
             (Some(ms), None) => {
                 if self.burst.is_some() {
-                    return Err(ConfigError::at("burst", "`burst` only applies with `rate`"));
+                    return Err(ConfigError::only_with("burst", "rate"));
                 }
                 Limit::Interval(millis(ms))
             }
