@@ -9,12 +9,12 @@ use patchbay_signal::{SharedSignal, Signal};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::key_timers::KeyTimers;
-use crate::keyed::Slot;
+use crate::ConfigError;
+use crate::key_timers::{AfterRelease, KeyTimers};
+use crate::keyed::{KeySpec, Slot};
 use crate::options::{
-    DotPath, KeyPaths, default_max_keys, max_keys_bound, parse_path, positive, positive_opt,
+    DotPath, KeyPaths, default_max_keys, millis, parse_path, positive, positive_opt,
 };
-use crate::{ConfigError, RESET};
 
 /// Options of a `coalesce` filter.
 ///
@@ -87,16 +87,15 @@ impl CoalesceConfig {
         let settings = Arc::new(Settings {
             types: self.types,
             field: self.field.0,
-            window: i64::try_from(self.window_ms).unwrap_or(i64::MAX),
+            window: millis(self.window_ms),
             max_chars: self
                 .max_chars
                 .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
-            key: self.key.0,
-            max_keys: max_keys_bound(self.max_keys),
+            keys: KeySpec::new(self.key.0, self.max_keys),
         });
         Ok(FilterSpec::new(Some(self.clock), move || {
             Box::new(Coalesce {
-                keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
+                keys: KeyTimers::new(&settings.keys),
                 settings: settings.clone(),
             })
         }))
@@ -109,8 +108,7 @@ struct Settings {
     field: Path,
     window: i64,
     max_chars: Option<usize>,
-    key: Vec<Path>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 /// A key's current run.
@@ -145,7 +143,7 @@ impl Coalesce {
     /// Emits the run of `slot` now, after the runs of other keys that started before it.
     fn release(&mut self, slot: Slot, emit: &mut Emit) {
         while let Some(earlier) = self.keys.pop_before(slot) {
-            emit.pass(earlier.signal);
+            emit.pass(earlier);
         }
         if let Some(signal) = self.keys.take(slot) {
             emit.pass(signal);
@@ -184,11 +182,9 @@ impl Filter for Coalesce {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
         let now = self.keys.advance(now);
         self.on_timer(now, emit);
-        if signal.kind == RESET {
-            self.keys.release_all(emit);
-            emit.pass(signal);
+        let Some(signal) = self.keys.pass_reset(signal, emit) else {
             return;
-        }
+        };
         let Some(text) = self.text(&signal) else {
             // Not part of a run: the key's run (if any) goes first.
             if let Some(slot) = self.keys.find(&signal)
@@ -233,9 +229,7 @@ impl Filter for Coalesce {
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        while let Some(release) = self.keys.pop_due(now) {
-            emit.pass(release.signal);
-        }
+        self.keys.release_due(now, emit, |_, _| AfterRelease::Keep);
     }
 
     fn flush(&mut self, emit: &mut Emit) {

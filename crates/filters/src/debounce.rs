@@ -6,9 +6,10 @@ use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
 use serde::Deserialize;
 
-use crate::key_timers::KeyTimers;
-use crate::options::{KeyPaths, default_max_keys, max_keys_bound, positive, positive_opt};
-use crate::{ConfigError, RESET};
+use crate::ConfigError;
+use crate::key_timers::{AfterRelease, KeyTimers};
+use crate::keyed::KeySpec;
+use crate::options::{KeyPaths, default_max_keys, millis, positive, positive_opt};
 
 /// Options of a `debounce` filter.
 ///
@@ -45,10 +46,6 @@ pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
     config.into_spec().map_err(|e| e.locate(options))
 }
 
-fn ms(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
 impl DebounceConfig {
     /// Checks the options and makes the filter's spec.
     pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
@@ -62,14 +59,13 @@ impl DebounceConfig {
             ));
         }
         let settings = Arc::new(Settings {
-            quiet: ms(self.quiet_ms),
-            max_wait: self.max_wait_ms.map(ms),
-            key: self.key.0,
-            max_keys: max_keys_bound(self.max_keys),
+            quiet: millis(self.quiet_ms),
+            max_wait: self.max_wait_ms.map(millis),
+            keys: KeySpec::new(self.key.0, self.max_keys),
         });
         Ok(FilterSpec::new(Some(self.clock), move || {
             Box::new(Debounce {
-                keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
+                keys: KeyTimers::new(&settings.keys),
                 settings: settings.clone(),
             })
         }))
@@ -80,8 +76,7 @@ impl DebounceConfig {
 struct Settings {
     quiet: i64,
     max_wait: Option<i64>,
-    key: Vec<patchbay_signal::path::Path>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 /// A key's burst.
@@ -101,11 +96,9 @@ impl Filter for Debounce {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
         let now = self.keys.advance(now);
         self.on_timer(now, emit);
-        if signal.kind == RESET {
-            self.keys.release_all(emit);
-            emit.pass(signal);
+        let Some(signal) = self.keys.pass_reset(signal, emit) else {
             return;
-        }
+        };
         let slot = self.keys.entry(&signal, |_| Burst::default(), emit);
         let holding = self.keys.is_holding(slot);
         let Some(burst) = self.keys.state_mut(slot) else {
@@ -128,11 +121,9 @@ impl Filter for Debounce {
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        while let Some(release) = self.keys.pop_due(now) {
-            // The burst is over: the key is forgotten (nothing is left to remember).
-            self.keys.remove(release.slot);
-            emit.pass(release.signal);
-        }
+        // The burst is over: the key is forgotten (nothing is left to remember).
+        self.keys
+            .release_due(now, emit, |_, _| AfterRelease::Forget);
     }
 
     fn flush(&mut self, emit: &mut Emit) {

@@ -7,8 +7,8 @@ use patchbay_signal::path::Path;
 use patchbay_signal::{SharedSignal, Signal};
 use serde::Deserialize;
 
-use crate::keyed::{Key, Keyed};
-use crate::options::{DotPath, default_max_keys, max_keys_bound, positive, positive_opt};
+use crate::keyed::{Key, KeySpec, Keyed};
+use crate::options::{DotPath, default_max_keys, millis, positive, positive_opt};
 use crate::{ConfigError, RESET};
 
 /// Options of a `dedupe` filter.
@@ -67,12 +67,13 @@ impl DedupeConfig {
         };
         let settings = Arc::new(Settings {
             fields,
-            window: self.window_ms.map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
-            max_keys: max_keys_bound(self.max_keys),
+            window: self.window_ms.map(millis),
+            // Each key is computed by `key` below (from `fields` or the whole envelope).
+            keys: KeySpec::new(None, self.max_keys),
         });
         Ok(FilterSpec::new(Some(self.clock), move || {
             Box::new(Dedupe {
-                seen: Keyed::new(None, settings.max_keys),
+                seen: Keyed::new(&settings.keys),
                 settings: settings.clone(),
                 now: i64::MIN,
             })
@@ -84,7 +85,7 @@ impl DedupeConfig {
 struct Settings {
     fields: Option<Vec<Path>>,
     window: Option<i64>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 /// A running `dedupe`.

@@ -8,10 +8,8 @@ use patchbay_signal::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::keyed::Keyed;
-use crate::options::{
-    DotPath, MAX_KEYS, default_max_keys, max_keys_bound, non_negative_opt, positive,
-};
+use crate::keyed::{KeySpec, Keyed};
+use crate::options::{DotPath, MAX_KEYS, default_max_keys, non_negative_opt, positive};
 use crate::{ConfigError, RESET};
 
 /// Options of a `delta` filter.
@@ -62,10 +60,7 @@ impl DeltaConfig {
     pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         let bound = match (self.threshold, self.percent) {
             (Some(_), Some(_)) => {
-                return Err(ConfigError::at(
-                    "percent",
-                    "use either `threshold` or `percent`, not both",
-                ));
+                return Err(ConfigError::not_both("threshold", "percent"));
             }
             (_, Some(p)) => Bound::Percent(p),
             (t, None) => Bound::Absolute(t.unwrap_or(0.0)),
@@ -73,8 +68,7 @@ impl DeltaConfig {
         let settings = Arc::new(Settings {
             path: self.path.0,
             bound,
-            key: self.key.map(|k| k.0),
-            max_keys: max_keys_bound(self.max_keys),
+            keys: KeySpec::new(self.key.map(|k| k.0), self.max_keys),
         });
         Ok(FilterSpec::new(None, move || {
             Box::new(Delta::new(settings.clone()))
@@ -86,8 +80,7 @@ impl DeltaConfig {
 struct Settings {
     path: Path,
     bound: Bound,
-    key: Option<Path>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -120,7 +113,7 @@ pub struct Delta {
 impl Delta {
     fn new(settings: Arc<Settings>) -> Self {
         Delta {
-            keys: Keyed::new(settings.key.clone(), settings.max_keys),
+            keys: Keyed::new(&settings.keys),
             settings,
         }
     }

@@ -1,12 +1,13 @@
 //! The per-key bookkeeping of the filters that hold a signal until a timer releases it
-//! (`throttle`, `sample` with `interval_ms`): keyed states bounded by `max_keys`, at most
-//! one held signal per key, the timers that release them, and the filter's clock.
+//! (`throttle`, `sample` with `interval_ms`, `coalesce`, `debounce`): keyed states bounded
+//! by `max_keys`, at most one held signal per key, the timers that release them, the
+//! filter's clock and what a `reset` signal does to them.
 
 use patchbay_graph::Emit;
-use patchbay_signal::path::Path;
 use patchbay_signal::{SharedSignal, Signal};
 
-use crate::keyed::{Key, Keyed, Slot, Timers};
+use crate::RESET;
+use crate::keyed::{Key, KeySpec, Keyed, Slot, Timers};
 
 /// A signal waiting for its timer.
 #[derive(Debug)]
@@ -22,21 +23,19 @@ struct Entry<S> {
     held: Option<Held>,
 }
 
-/// A held signal whose timer fired, taken from its key (which is kept, with its state).
-#[derive(Debug)]
-pub(crate) struct Release {
-    /// When the timer was due (at or before the `now` it fired at).
-    pub(crate) due: i64,
-    /// The key that held the signal.
-    pub(crate) slot: Slot,
-    /// The signal to emit.
-    pub(crate) signal: SharedSignal,
+/// What becomes of a key once its timer released the signal it held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterRelease {
+    /// The key and its state are kept (the state may have been updated).
+    Keep,
+    /// The key is forgotten: it has nothing left to remember.
+    Forget,
 }
 
 /// Filter states by key (see [`Keyed`]), each key holding at most one signal until a timer
 /// due at a given time releases it. Timers fire in order of due time, then in the order
 /// the signals were held, and a key evicted by `max_keys` first emits what it holds: one
-/// implementation of the rules `throttle` and `sample` share.
+/// implementation of the rules the holding filters share.
 pub(crate) struct KeyTimers<S> {
     keys: Keyed<Entry<S>>,
     timers: Timers,
@@ -47,11 +46,10 @@ pub(crate) struct KeyTimers<S> {
 }
 
 impl<S> KeyTimers<S> {
-    /// No keys, keyed by the values at `paths` (one shared key without a path), at most
-    /// `max_keys` of them.
-    pub(crate) fn new(paths: impl IntoIterator<Item = Path>, max_keys: usize) -> Self {
+    /// No keys yet, keyed as `spec` says.
+    pub(crate) fn new(spec: &KeySpec) -> Self {
         KeyTimers {
-            keys: Keyed::new(paths, max_keys),
+            keys: Keyed::new(spec),
             timers: Timers::default(),
             seq: 0,
             now: i64::MIN,
@@ -75,20 +73,43 @@ impl<S> KeyTimers<S> {
         self.timers.next_due()
     }
 
-    /// Takes the earliest held signal whose timer is due at or before `now` (and moves the
-    /// clock to `now`); the filter emits it and updates its key.
-    pub(crate) fn pop_due(&mut self, now: i64) -> Option<Release> {
+    /// Emits every held signal whose timer is due at or before `now`, in firing order (and
+    /// moves the clock to `now`). Before each one leaves, `released` is given its due time
+    /// and its key's state, to update, and says whether the key is kept.
+    pub(crate) fn release_due(
+        &mut self,
+        now: i64,
+        emit: &mut Emit,
+        mut released: impl FnMut(i64, &mut S) -> AfterRelease,
+    ) {
         self.advance(now);
         while let Some((due, slot)) = self.timers.pop_due(now) {
-            let held = self.keys.get_mut(slot).and_then(|e| e.held.take());
-            if let Some(held) = held {
-                return Some(Release {
-                    due,
-                    slot,
-                    signal: held.signal,
-                });
+            let Some(entry) = self.keys.get_mut(slot) else {
+                continue;
+            };
+            let Some(held) = entry.held.take() else {
+                continue;
+            };
+            if released(due, &mut entry.state) == AfterRelease::Forget {
+                self.keys.remove(slot);
             }
+            emit.pass(held.signal);
         }
+    }
+
+    /// Handles a `reset` signal: emits every held signal (in order of due time), forgets
+    /// every key and passes the reset on, then returns `None`. Any other signal is handed
+    /// back to the filter.
+    pub(crate) fn pass_reset(
+        &mut self,
+        signal: SharedSignal,
+        emit: &mut Emit,
+    ) -> Option<SharedSignal> {
+        if signal.kind != RESET {
+            return Some(signal);
+        }
+        self.release_all(emit);
+        emit.pass(signal);
         None
     }
 
@@ -173,7 +194,7 @@ impl<S> KeyTimers<S> {
     /// Takes the earliest held signal that was held before the one `slot` holds (its timer
     /// due earlier, or at the same time and held first), so that a filter releasing
     /// `slot` early can first release what came before it.
-    pub(crate) fn pop_before(&mut self, slot: Slot) -> Option<Release> {
+    pub(crate) fn pop_before(&mut self, slot: Slot) -> Option<SharedSignal> {
         let (due, seq) = {
             let held = self.keys.get(slot)?.held.as_ref()?;
             (held.due, held.seq)
@@ -185,18 +206,8 @@ impl<S> KeyTimers<S> {
             }
             self.timers.remove(first.0, first.1);
             if let Some(held) = self.keys.get_mut(other).and_then(|e| e.held.take()) {
-                return Some(Release {
-                    due: held.due,
-                    slot: other,
-                    signal: held.signal,
-                });
+                return Some(held.signal);
             }
         }
-    }
-
-    /// Forgets the key at `slot`, returning its state: for a key whose signal was just
-    /// released (a held signal would be lost with it).
-    pub(crate) fn remove(&mut self, slot: Slot) -> Option<S> {
-        self.keys.remove(slot).map(|e| e.state)
     }
 }

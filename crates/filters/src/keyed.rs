@@ -1,6 +1,6 @@
-//! Per-key state of the keyed filters (`throttle`, `sample`, `delta`): a map bounded by
-//! `max_keys` that evicts the least recently used key, and the timer queue of the
-//! time-based filters.
+//! Per-key state of the keyed filters (`throttle`, `sample`, `delta`, `dedupe`,
+//! `coalesce`, `debounce`): a map bounded by `max_keys` that evicts the least recently
+//! used key, and the timer queue of the time-based filters.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -156,6 +156,25 @@ fn write_number(n: &Number, out: &mut String) {
     }
 }
 
+/// How a keyed filter keys its signals, from its options: the paths whose values make a
+/// key (one shared key without any) and how many keys it remembers.
+#[derive(Debug, Clone)]
+pub(crate) struct KeySpec {
+    paths: Vec<Path>,
+    max_keys: usize,
+}
+
+impl KeySpec {
+    /// Keys by the values at `paths`, at most `max_keys` of them (as written: a bound
+    /// beyond the address space is no bound).
+    pub(crate) fn new(paths: impl IntoIterator<Item = Path>, max_keys: u64) -> Self {
+        KeySpec {
+            paths: paths.into_iter().collect(),
+            max_keys: usize::try_from(max_keys).unwrap_or(usize::MAX),
+        }
+    }
+}
+
 /// The index of a key's state in a [`Keyed`] (stable until the key is removed).
 pub(crate) type Slot = usize;
 
@@ -184,11 +203,11 @@ pub(crate) struct Keyed<S> {
 }
 
 impl<S> Keyed<S> {
-    /// An empty map keyed by the values at `paths` (one shared key without a path).
-    pub(crate) fn new(paths: impl IntoIterator<Item = Path>, max_keys: usize) -> Self {
+    /// An empty map keyed as `spec` says.
+    pub(crate) fn new(spec: &KeySpec) -> Self {
         Keyed {
-            paths: paths.into_iter().collect(),
-            max_keys: max_keys.max(1),
+            paths: spec.paths.clone(),
+            max_keys: spec.max_keys.max(1),
             index: HashMap::new(),
             entries: Vec::new(),
             free: Vec::new(),
@@ -410,7 +429,7 @@ mod tests {
 
     #[test]
     fn lru_evicts_the_least_recently_used() {
-        let mut keyed: Keyed<u32> = Keyed::new(Path::parse("payload.k").ok(), 2);
+        let mut keyed: Keyed<u32> = Keyed::new(&KeySpec::new(Path::parse("payload.k").ok(), 2));
         let (a, ev) = keyed.entry(&sig(json!("a")), |_| 1);
         assert!(ev.is_none());
         let (_b, ev) = keyed.entry(&sig(json!("b")), |_| 2);

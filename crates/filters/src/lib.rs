@@ -154,11 +154,39 @@ impl ConfigError {
         }
     }
 
+    /// Two options that exclude each other are both set: reported at `second`.
+    pub(crate) fn not_both(first: &'static str, second: &'static str) -> Self {
+        ConfigError::at(
+            second,
+            format!("use either `{first}` or `{second}`, not both"),
+        )
+    }
+
+    /// `key` is set without `needed`, the option it only applies with.
+    pub(crate) fn only_with(key: &'static str, needed: &'static str) -> Self {
+        ConfigError::at(key, format!("`{key}` only applies with `{needed}`"))
+    }
+
     /// The located diagnostic for these options.
     pub fn locate(&self, options: &Options<'_>) -> Diagnostic {
         match self.key {
             Some(key) => options.error_at(key, &self.message),
             None => options.error(&self.message),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConfigError;
+
+    #[test]
+    fn option_conflicts_name_both_options() {
+        let e = ConfigError::not_both("interval_ms", "rate");
+        assert_eq!(e.key, Some("rate"));
+        assert_eq!(e.message, "use either `interval_ms` or `rate`, not both");
+        let e = ConfigError::only_with("burst", "rate");
+        assert_eq!(e.key, Some("burst"));
+        assert_eq!(e.message, "`burst` only applies with `rate`");
     }
 }

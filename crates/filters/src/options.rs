@@ -199,14 +199,15 @@ pub(crate) fn seed_opt<'de, D: Deserializer<'de>>(
     Ok(Some(u64::from_ne_bytes(value.to_ne_bytes())))
 }
 
+/// A duration option in milliseconds as a span of the filters' `i64` clock (saturating;
+/// an option's range keeps it far below the limit anyway).
+pub(crate) fn millis(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
 /// The default of `max_keys`.
 pub(crate) fn default_max_keys() -> u64 {
     DEFAULT_MAX_KEYS
-}
-
-/// `max_keys` as a container bound.
-pub(crate) fn max_keys_bound(max_keys: u64) -> usize {
-    usize::try_from(max_keys).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

@@ -5,16 +5,15 @@ use std::sync::Arc;
 use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
-use patchbay_signal::path::Path;
 use serde::Deserialize;
 
-use crate::key_timers::KeyTimers;
-use crate::keyed::Key;
+use crate::ConfigError;
+use crate::key_timers::{AfterRelease, KeyTimers};
+use crate::keyed::{Key, KeySpec};
 use crate::options::{
-    DotPath, MAX_COUNT, MAX_KEYS, default_max_keys, max_keys_bound, positive, positive_opt,
-    ratio_opt, seed_opt,
+    DotPath, MAX_COUNT, MAX_KEYS, default_max_keys, millis, positive, positive_opt, ratio_opt,
+    seed_opt,
 };
-use crate::{ConfigError, RESET};
 
 /// The seed of `ratio` when none is given: runs are reproducible by default.
 pub const DEFAULT_SEED: u64 = 0x5EED_0F5A_4D1E;
@@ -97,7 +96,7 @@ impl SampleConfig {
         let mode = match (self.every, self.ratio, self.interval_ms) {
             (Some(n), _, _) => Mode::Every(n),
             (_, Some(p), _) => Mode::Ratio(p),
-            (_, _, Some(ms)) => Mode::Interval(i64::try_from(ms).unwrap_or(i64::MAX)),
+            (_, _, Some(ms)) => Mode::Interval(millis(ms)),
             _ => {
                 return Err(ConfigError::whole(
                     "sample needs one of `every` (one in N), `ratio` (0 to 1) or `interval_ms`",
@@ -105,23 +104,19 @@ impl SampleConfig {
             }
         };
         if self.seed.is_some() && !matches!(mode, Mode::Ratio(_)) {
-            return Err(ConfigError::at("seed", "`seed` only applies with `ratio`"));
+            return Err(ConfigError::only_with("seed", "ratio"));
         }
         let clock = match mode {
             Mode::Interval(_) => Some(self.clock.unwrap_or_default()),
             _ if self.clock.is_some() => {
-                return Err(ConfigError::at(
-                    "clock",
-                    "`clock` only applies with `interval_ms`",
-                ));
+                return Err(ConfigError::only_with("clock", "interval_ms"));
             }
             _ => None,
         };
         let settings = Arc::new(Settings {
             mode,
             seed: self.seed.unwrap_or(DEFAULT_SEED),
-            key: self.key.map(|k| k.0),
-            max_keys: max_keys_bound(self.max_keys),
+            keys: KeySpec::new(self.key.map(|k| k.0), self.max_keys),
         });
         Ok(FilterSpec::new(clock, move || {
             Box::new(Sample::new(settings.clone()))
@@ -133,8 +128,7 @@ impl SampleConfig {
 struct Settings {
     mode: Mode,
     seed: u64,
-    key: Option<Path>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -187,7 +181,7 @@ pub struct Sample {
 impl Sample {
     fn new(settings: Arc<Settings>) -> Self {
         Sample {
-            keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
+            keys: KeyTimers::new(&settings.keys),
             settings,
         }
     }
@@ -197,11 +191,9 @@ impl Filter for Sample {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
         let now = self.keys.advance(now);
         self.on_timer(now, emit);
-        if signal.kind == RESET {
-            self.keys.release_all(emit);
-            emit.pass(signal);
+        let Some(signal) = self.keys.pass_reset(signal, emit) else {
             return;
-        }
+        };
         let (seed, is_keyed) = (self.settings.seed, self.keys.is_keyed());
         let slot = self
             .keys
@@ -239,11 +231,9 @@ impl Filter for Sample {
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        while let Some(release) = self.keys.pop_due(now) {
-            // A window's key has nothing else to remember: forget it.
-            self.keys.remove(release.slot);
-            emit.pass(release.signal);
-        }
+        // A window's key has nothing else to remember: forget it.
+        self.keys
+            .release_due(now, emit, |_, _| AfterRelease::Forget);
     }
 
     fn flush(&mut self, emit: &mut Emit) {

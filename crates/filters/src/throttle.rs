@@ -5,14 +5,14 @@ use std::sync::Arc;
 use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
-use patchbay_signal::path::Path;
 use serde::Deserialize;
 
-use crate::key_timers::KeyTimers;
+use crate::ConfigError;
+use crate::key_timers::{AfterRelease, KeyTimers};
+use crate::keyed::KeySpec;
 use crate::options::{
-    DotPath, MAX_COUNT, MAX_KEYS, Rate, default_max_keys, max_keys_bound, positive, positive_opt,
+    DotPath, MAX_COUNT, MAX_KEYS, Rate, default_max_keys, millis, positive, positive_opt,
 };
-use crate::{ConfigError, RESET};
 
 /// Options of a `throttle` filter.
 ///
@@ -89,10 +89,7 @@ impl ThrottleConfig {
     pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         let limit = match (self.interval_ms, self.rate) {
             (Some(_), Some(_)) => {
-                return Err(ConfigError::at(
-                    "rate",
-                    "use either `interval_ms` or `rate`, not both",
-                ));
+                return Err(ConfigError::not_both("interval_ms", "rate"));
             }
             (None, None) => {
                 return Err(ConfigError::whole(
@@ -101,17 +98,16 @@ impl ThrottleConfig {
             }
             (Some(ms), None) => {
                 if self.burst.is_some() {
-                    return Err(ConfigError::at("burst", "`burst` only applies with `rate`"));
+                    return Err(ConfigError::only_with("burst", "rate"));
                 }
-                Limit::Interval(i64::try_from(ms).unwrap_or(i64::MAX))
+                Limit::Interval(millis(ms))
             }
             (None, Some(rate)) => Limit::Rate(Gcra::new(rate, self.burst.unwrap_or(1))),
         };
         let settings = Arc::new(Settings {
             limit,
             emit: self.emit,
-            key: self.key.map(|k| k.0),
-            max_keys: max_keys_bound(self.max_keys),
+            keys: KeySpec::new(self.key.map(|k| k.0), self.max_keys),
         });
         Ok(FilterSpec::new(Some(self.clock), move || {
             Box::new(Throttle::new(settings.clone()))
@@ -123,8 +119,7 @@ impl ThrottleConfig {
 struct Settings {
     limit: Limit,
     emit: EmitMode,
-    key: Option<Path>,
-    max_keys: usize,
+    keys: KeySpec,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -204,7 +199,7 @@ pub struct Throttle {
 impl Throttle {
     fn new(settings: Arc<Settings>) -> Self {
         Throttle {
-            keys: KeyTimers::new(settings.key.clone(), settings.max_keys),
+            keys: KeyTimers::new(&settings.keys),
             settings,
         }
     }
@@ -214,11 +209,9 @@ impl Filter for Throttle {
     fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
         let now = self.keys.advance(now);
         self.on_timer(now, emit);
-        if signal.kind == RESET {
-            self.keys.release_all(emit);
-            emit.pass(signal);
+        let Some(signal) = self.keys.pass_reset(signal, emit) else {
             return;
-        }
+        };
         let slot = self.keys.entry(&signal, |_| KeyState::default(), emit);
         let pending = self.keys.is_holding(slot);
         let mode = self.settings.emit;
@@ -261,19 +254,17 @@ impl Filter for Throttle {
     }
 
     fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        while let Some(release) = self.keys.pop_due(now) {
-            if let Some(state) = self.keys.state_mut(release.slot) {
-                let due = release.due;
-                match self.settings.limit {
-                    // The released signal ends this window and starts the next one.
-                    Limit::Interval(interval) => {
-                        state.window_end = Some(due.saturating_add(interval));
-                    }
-                    Limit::Rate(gcra) => state.tat = Some(gcra.after_pass(state.tat, due)),
+        let limit = self.settings.limit;
+        self.keys.release_due(now, emit, |due, state| {
+            match limit {
+                // The released signal ends this window and starts the next one.
+                Limit::Interval(interval) => {
+                    state.window_end = Some(due.saturating_add(interval));
                 }
+                Limit::Rate(gcra) => state.tat = Some(gcra.after_pass(state.tat, due)),
             }
-            emit.pass(release.signal);
-        }
+            AfterRelease::Keep
+        });
     }
 
     fn flush(&mut self, emit: &mut Emit) {

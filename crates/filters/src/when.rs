@@ -43,10 +43,7 @@ impl WhenConfig {
     pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         let condition = match (self.when, self.expr) {
             (Some(_), Some(_)) => {
-                return Err(ConfigError::at(
-                    "expr",
-                    "use either `when` or `expr`, not both",
-                ));
+                return Err(ConfigError::not_both("when", "expr"));
             }
             (Some(c), None) => c,
             (None, Some(e)) => Condition::Jq(e),
