@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::path::{Found, Path};
 use patchbay_signal::{SharedSignal, Signal};
@@ -13,7 +14,8 @@ use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::keyed::{KeySpec, Slot};
 use crate::options::{
-    DotPath, KeyPaths, default_max_keys, millis, parse_path, positive, positive_opt,
+    DotPath, KeyPaths, MAX_COUNT, MAX_KEYS, default_max_keys, millis, parse_path, positive,
+    positive_opt,
 };
 
 /// Options of a `coalesce` filter.
@@ -51,8 +53,8 @@ pub struct CoalesceConfig {
     /// The path(s) whose values make a key (default `["agentId", "correlationId"]`).
     #[serde(default)]
     pub key: KeyPaths,
-    /// At most this many keys are remembered (default 10000); the least recently used one
-    /// is evicted, after emitting its run.
+    /// At most this many keys are remembered (default 10000, at most 1000000); the least
+    /// recently used one is evicted, after emitting its run.
     #[serde(default = "default_max_keys", deserialize_with = "positive")]
     pub max_keys: u64,
     /// `wall` (default: machine time) or `event` (the signals' timestamps).
@@ -75,6 +77,9 @@ fn default_window() -> u64 {
 /// Builds a `coalesce` from its options.
 pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
     let config: CoalesceConfig = options.parse()?;
+    options.check_range("window_ms", config.window_ms, 1..=MAX_DURATION_MS)?;
+    options.check_range_opt("max_chars", config.max_chars, 1..=MAX_COUNT)?;
+    options.check_range("max_keys", config.max_keys, 1..=MAX_KEYS)?;
     config.into_spec().map_err(|e| e.locate(options))
 }
 
@@ -431,6 +436,26 @@ mod tests {
         bad.payload.insert("content".into(), Value::from(3));
         let out = run("", vec![t(0, "a", "x"), bad, t(2, "a", "y")]);
         assert_eq!(out, ["a:text_delta:x", "a:text_delta:-", "a:text_delta:y"]);
+    }
+
+    #[test]
+    fn absurd_numbers_are_refused_at_their_value() {
+        let err = |toml: &str| crate::testing::build_error(toml, build);
+        let (l, c, m) = err(
+            "types = [\"text_delta\"]\nfield = \"payload.content\"\nwindow_ms = 1000000000000000000",
+        );
+        assert_eq!((l, c), (3, 13), "{m}");
+        assert!(
+            m.contains("`window_ms` must be at least 1 and at most 86400000"),
+            "{m}"
+        );
+        let (l, c, m) =
+            err("types = [\"text_delta\"]\nfield = \"payload.content\"\nmax_keys = 1000000000000");
+        assert_eq!((l, c), (3, 12), "{m}");
+        assert!(
+            m.contains("`max_keys` must be at least 1 and at most 1000000"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
 use serde::Deserialize;
@@ -9,7 +10,7 @@ use serde::Deserialize;
 use crate::ConfigError;
 use crate::key_timers::{AfterRelease, KeyTimers};
 use crate::keyed::KeySpec;
-use crate::options::{KeyPaths, default_max_keys, millis, positive, positive_opt};
+use crate::options::{KeyPaths, MAX_KEYS, default_max_keys, millis, positive, positive_opt};
 
 /// Options of a `debounce` filter.
 ///
@@ -31,8 +32,8 @@ pub struct DebounceConfig {
     /// The path(s) whose values make a key (default `["agentId", "correlationId"]`).
     #[serde(default)]
     pub key: KeyPaths,
-    /// At most this many keys are remembered (default 10000); the least recently used one
-    /// is evicted, after emitting its held signal.
+    /// At most this many keys are remembered (default 10000, at most 1000000); the least
+    /// recently used one is evicted, after emitting its held signal.
     #[serde(default = "default_max_keys", deserialize_with = "positive")]
     pub max_keys: u64,
     /// `wall` (default: machine time) or `event` (the signals' timestamps).
@@ -43,6 +44,9 @@ pub struct DebounceConfig {
 /// Builds a `debounce` from its options.
 pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
     let config: DebounceConfig = options.parse()?;
+    options.check_range("quiet_ms", config.quiet_ms, 1..=MAX_DURATION_MS)?;
+    options.check_range_opt("max_wait_ms", config.max_wait_ms, 1..=MAX_DURATION_MS)?;
+    options.check_range("max_keys", config.max_keys, 1..=MAX_KEYS)?;
     config.into_spec().map_err(|e| e.locate(options))
 }
 
@@ -173,6 +177,25 @@ mod tests {
             "a1@0 b1@10 a2@20 b2@30 c1@500 reset@510 c2@520",
         );
         assert_eq!(out, ["-a1", "-b1", "a2", "b2", "c1", "reset", "c2"]);
+    }
+
+    #[test]
+    fn absurd_numbers_are_refused_at_their_value() {
+        let err = |toml: &str| crate::testing::build_error(toml, build);
+        let (l, c, m) = err("quiet_ms = 1000000000000000000");
+        assert_eq!((l, c), (1, 12), "{m}");
+        assert!(
+            m.contains("`quiet_ms` must be at least 1 and at most 86400000"),
+            "{m}"
+        );
+        let (l, c, m) = err("quiet_ms = 5\nmax_wait_ms = 1000000000000000000");
+        assert_eq!((l, c), (2, 15), "{m}");
+        let (l, c, m) = err("quiet_ms = 5\nmax_keys = 1000000000000");
+        assert_eq!((l, c), (2, 12), "{m}");
+        assert!(
+            m.contains("`max_keys` must be at least 1 and at most 1000000"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -2,13 +2,14 @@
 
 use std::sync::Arc;
 
+use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::path::Path;
 use patchbay_signal::{SharedSignal, Signal};
 use serde::Deserialize;
 
 use crate::keyed::{Key, KeySpec, Keyed};
-use crate::options::{DotPath, default_max_keys, millis, positive, positive_opt};
+use crate::options::{DotPath, MAX_KEYS, default_max_keys, millis, positive, positive_opt};
 use crate::{ConfigError, RESET};
 
 /// Options of a `dedupe` filter.
@@ -33,8 +34,8 @@ pub struct DedupeConfig {
     /// again; without it, a value is remembered until `max_keys` evicts it.
     #[serde(default, deserialize_with = "positive_opt")]
     pub window_ms: Option<u64>,
-    /// At most this many distinct values are remembered (default 10000); the least
-    /// recently seen one is forgotten first.
+    /// At most this many distinct values are remembered (default 10000, at most 1000000);
+    /// the least recently seen one is forgotten first.
     #[serde(default = "default_max_keys", deserialize_with = "positive")]
     pub max_keys: u64,
     /// `event` (default: the signals' timestamps) or `wall` (machine time).
@@ -49,6 +50,8 @@ fn event_clock() -> ClockKind {
 /// Builds a `dedupe` from its options.
 pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
     let config: DedupeConfig = options.parse()?;
+    options.check_range_opt("window_ms", config.window_ms, 1..=MAX_DURATION_MS)?;
+    options.check_range("max_keys", config.max_keys, 1..=MAX_KEYS)?;
     config.into_spec().map_err(|e| e.locate(options))
 }
 
@@ -215,6 +218,23 @@ mod tests {
     fn reset_forgets_and_passes() {
         let out = run("", vec![sig(0, "a"), reset(1), sig(2, "a")]);
         assert_eq!(out, ["a", "reset", "a"]);
+    }
+
+    #[test]
+    fn absurd_numbers_are_refused_at_their_value() {
+        let err = |toml: &str| crate::testing::build_error(toml, build);
+        let (l, c, m) = err("window_ms = 1000000000000000000");
+        assert_eq!((l, c), (1, 13), "{m}");
+        assert!(
+            m.contains("`window_ms` must be at least 1 and at most 86400000"),
+            "{m}"
+        );
+        let (l, c, m) = err("max_keys = 1000000000000");
+        assert_eq!((l, c), (1, 12), "{m}");
+        assert!(
+            m.contains("`max_keys` must be at least 1 and at most 1000000"),
+            "{m}"
+        );
     }
 
     #[test]
