@@ -11,7 +11,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::process::{Killed, free_port};
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
@@ -43,14 +44,6 @@ fn claude_binary() -> Option<PathBuf> {
         "installing Claude Code failed (PATCHBAY_SKIP_CLAUDE_CODE=1 skips these tests)"
     );
     Some(root().join("target/claude-code/node_modules/.bin/claude"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// What the CLI sent back as tool results (`is_error`, content).
@@ -129,18 +122,8 @@ async fn messages(State(results): State<ToolResults>, body: String) -> impl Into
     ([("content-type", "text/event-stream")], body)
 }
 
-/// A child process killed when dropped.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `patchbay run` on a config with a sidecar `ui` and a `claude_code` output `claude`.
-fn start_patchbay(dir: &ScratchDir, gate: &str) -> (Reaper, u16, u16, PathBuf) {
+fn start_patchbay(dir: &ScratchDir, gate: &str) -> (Killed, u16, u16, PathBuf) {
     let (ui, hooks) = (free_port(), free_port());
     let config = dir.join("patchbay.toml");
     std::fs::write(
@@ -166,7 +149,7 @@ fn start_patchbay(dir: &ScratchDir, gate: &str) -> (Reaper, u16, u16, PathBuf) {
         assert!(Instant::now() < deadline, "patchbay did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
-    (Reaper(child), ui, hooks, config)
+    (Killed(child), ui, hooks, config)
 }
 
 fn patchbay(args: &[&str]) -> String {

@@ -12,10 +12,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
+use patchbay_testkit::process::Killed;
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -52,16 +53,6 @@ fn lines(name: &str) -> Vec<(String, Value)> {
             )
         })
         .collect()
-}
-
-/// Kills a child when the test ends, however it ends.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Reads lines on a thread, so that the test can wait for them with a timeout.
@@ -140,7 +131,7 @@ async fn wrap_is_transparent_and_publishes_signals() {
     let mut ui_in = child.stdin.take().expect("stdin");
     let from_runtime = line_reader(child.stdout.take().expect("stdout"));
     let stderr = line_reader(child.stderr.take().expect("stderr"));
-    let mut child = Reaper(child);
+    let mut child = Killed(child);
 
     let (mut sent, mut received) = (Vec::new(), Vec::new());
     for (dir, msg) in lines(name) {
@@ -227,7 +218,7 @@ struct Run {
     stdin: std::process::ChildStdin,
     signals: std_mpsc::Receiver<Vec<u8>>,
     log_in: PathBuf,
-    _child: Reaper,
+    _child: Killed,
     /// After the child: fields drop in order, so the stand-in has stopped writing its log
     /// when the directory goes.
     _dir: ScratchDir,
@@ -274,7 +265,7 @@ format = "json"
         stdin,
         signals,
         log_in,
-        _child: Reaper(child),
+        _child: Killed(child),
         _dir: dir,
     }
 }
@@ -389,7 +380,7 @@ fn wrap_publishes_to_a_running_sidecar() {
         .spawn()
         .expect("patchbay run starts");
     let logged = line_reader(daemon.stdout.take().expect("stdout"));
-    let _daemon = Reaper(daemon);
+    let _daemon = Killed(daemon);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -416,7 +407,7 @@ fn wrap_publishes_to_a_running_sidecar() {
         .expect("patchbay wrap starts");
     let mut ui_in = wrap.stdin.take().expect("stdin");
     let from_runtime = line_reader(wrap.stdout.take().expect("stdout"));
-    let mut wrap = Reaper(wrap);
+    let mut wrap = Killed(wrap);
     for (dir, msg) in lines(name) {
         match dir.as_str() {
             "out" => {

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use patchbay_testkit::process::Killed;
 use patchbay_testkit::scratch::ScratchDir;
 
 fn patchbay() -> Command {
@@ -15,16 +16,6 @@ fn patchbay() -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command
-}
-
-/// Kills the daemon even when an assertion fails.
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Waits (bounded) until `path` holds at least `n` lines.
@@ -108,7 +99,7 @@ fn a_second_daemon_of_one_instance_exits_69_naming_the_first() {
     )
     .unwrap();
     let runtime_dir = ScratchDir::new("daemon-runtime");
-    let first = Daemon(
+    let first = Killed(
         patchbay()
             .arg("run")
             .arg(&config)
@@ -197,7 +188,7 @@ fn metrics_pass_promtool() {
         ),
     )
     .unwrap();
-    let _daemon = Daemon(patchbay().arg("run").arg(&config).spawn().expect("runs"));
+    let _daemon = Killed(patchbay().arg("run").arg(&config).spawn().expect("runs"));
     let get = |path: &str, extra: &str| -> Option<String> {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;

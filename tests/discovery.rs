@@ -16,6 +16,7 @@ use std::time::Duration;
 use patchbay::discovery::{Probe, ProbeContext, Service, ServiceState, discover, render_table};
 use patchbay_graph::probe::Offers;
 use patchbay_graph::{Diagnostic, Graph, Port, SourceText};
+use patchbay_testkit::process::Killed;
 use patchbay_testkit::scratch::ScratchDir;
 
 const OLLAMA: &str = "127.0.0.1:11434";
@@ -304,15 +305,7 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
         ),
     )
     .unwrap();
-    /// Stops the daemon even when an assertion fails.
-    struct Daemon(std::process::Child);
-    impl Drop for Daemon {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut daemon = Daemon(
+    let mut daemon = Killed(
         std::process::Command::new(env!("CARGO_BIN_EXE_patchbay"))
             .args(["run", config_path.to_str().unwrap()])
             .env("PATCHBAY_LOG", "warn")

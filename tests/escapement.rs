@@ -6,27 +6,18 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::process::Killed;
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
-/// Kills the daemon when the test ends, however it ends.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(config: &Path) -> Daemon {
+fn start(config: &Path) -> Killed {
     let child = Command::new(env!("CARGO_BIN_EXE_patchbay"))
         .args(["run", &config.display().to_string()])
         .env("PATCHBAY_LOG", "warn")
@@ -35,7 +26,7 @@ fn start(config: &Path) -> Daemon {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("patchbay starts");
-    Daemon(child)
+    Killed(child)
 }
 
 /// The frames an agent sends: the recorded session minus the UI's `answer` line.

@@ -9,11 +9,12 @@
 #![cfg(feature = "nats")]
 
 use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use patchbay_testkit::process::free_port;
 use patchbay_testkit::scratch::ScratchDir;
 
 /// A child process killed when dropped (a failing test leaves nothing running).
@@ -46,13 +47,6 @@ fn nats_server() -> String {
         }
     }
     panic!("nats-server is not installed (`bash scripts/test` installs the Debian package)");
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Waits until `done` holds, at most `limit` (a bound against hanging, not a timing

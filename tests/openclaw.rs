@@ -16,12 +16,13 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::process::Killed;
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -38,16 +39,6 @@ fn root() -> &'static Path {
 
 fn fixture(path: &str) -> String {
     std::fs::read_to_string(root().join("tests/fixtures").join(path)).expect("fixture")
-}
-
-/// Kills a child when the test ends, however it ends.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn line_reader(input: impl Read + Send + 'static) -> std_mpsc::Receiver<String> {
@@ -68,7 +59,7 @@ struct Patchbay {
     stdin: ChildStdin,
     signals: std_mpsc::Receiver<String>,
     stderr: std_mpsc::Receiver<String>,
-    _child: Reaper,
+    _child: Killed,
     /// After the child: fields drop in order, so patchbay has stopped when its config's
     /// directory goes.
     _dir: ScratchDir,
@@ -115,7 +106,7 @@ format = "json"
             stdin,
             signals,
             stderr,
-            _child: Reaper(child),
+            _child: Killed(child),
             _dir: dir,
         }
     }
@@ -431,7 +422,7 @@ async fn mock_model() -> u16 {
 
 /// The running gateway and its temporary HOME.
 struct Gateway {
-    _process: Reaper,
+    _process: Killed,
     /// After the process: fields drop in order, so the gateway has stopped writing into
     /// its HOME when the directory goes.
     _home: ScratchDir,
@@ -498,7 +489,7 @@ async fn start_gateway(model_port: u16) -> (Gateway, u16) {
         .stderr(log)
         .spawn()
         .expect("the gateway starts");
-    let mut gateway = Reaper(child);
+    let mut gateway = Killed(child);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await

@@ -5,33 +5,17 @@
 //! (`status-page-*.png`) for a person to look at.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_testkit::process::{Killed, free_port};
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
-
-/// Ends a child process even when an assertion fails.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 fn post(addr: SocketAddr, body: &str) -> String {
     let mut stream = TcpStream::connect(addr).expect("connect");

@@ -59,6 +59,18 @@ impl Drop for Daemon {
     }
 }
 
+/// A child process killed (SIGKILL) and reaped when dropped, even when an assertion
+/// fails: for peers and stand-ins whose way of ending the test does not check.
+#[derive(Debug)]
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A TCP port free on loopback now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
