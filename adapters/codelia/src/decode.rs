@@ -99,18 +99,6 @@ impl CodeliaDecoder {
         self.pending.remove(id)
     }
 
-    /// Decodes one NDJSON line (one message).
-    pub fn decode_text(&mut self, text: &str, out: &mut Vec<Decoded>) {
-        let trimmed = text.trim();
-        if trimmed.is_empty() {
-            return;
-        }
-        match serde_json::from_str::<Value>(trimmed) {
-            Ok(value) => self.decode_message(value, None, out),
-            Err(err) => out.push(self.bad(trimmed, &format!("not JSON: {err}"))),
-        }
-    }
-
     /// Decodes one JSON-RPC message. `recorded_t` is the time a capture recorded it at,
     /// the timestamp when the message has none.
     pub fn decode_message(&mut self, msg: Value, recorded_t: Option<i64>, out: &mut Vec<Decoded>) {

@@ -14,6 +14,7 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 
 use crate::decode::{CodeliaDecoder, id_key};
+use patchbay_signal::decode::FrameDecoder as _;
 
 /// Where `wrap` publishes by default: a sidecar on its default address.
 pub const DEFAULT_PUBLISH_URL: &str = "http://127.0.0.1:7878";

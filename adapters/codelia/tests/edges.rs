@@ -4,6 +4,7 @@ mod support;
 
 use patchbay_codelia::CodeliaDecoder;
 use patchbay_signal::Signal;
+use patchbay_signal::decode::FrameDecoder as _;
 use patchbay_signal::normalize::Decoded;
 use patchbay_testkit::decoding::{good_signals, kinds};
 use patchbay_testkit::validity::assert_all_valid;

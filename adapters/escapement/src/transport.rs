@@ -19,6 +19,7 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::decode::EscapementDecoder;
 use crate::encode::encode_control;
 use crate::replay::ReplayGuard;
+use patchbay_signal::decode::FrameDecoder as _;
 
 /// Escapement's transport defaults: `url` required, retry forever.
 #[derive(Debug, Clone, Copy, schemars::JsonSchema)]

@@ -4,6 +4,7 @@ mod support;
 
 use patchbay_escapement::EscapementDecoder;
 use patchbay_signal::Signal;
+use patchbay_signal::decode::FrameDecoder as _;
 use patchbay_signal::normalize::Decoded;
 use patchbay_testkit::decoding::{decode_whole, good_signals, kinds};
 use patchbay_testkit::validity::assert_all_valid;

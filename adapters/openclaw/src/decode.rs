@@ -143,18 +143,6 @@ impl OpenClawDecoder {
         &mut self.runs
     }
 
-    /// Decodes one WebSocket text frame.
-    pub fn decode_text(&mut self, text: &str, out: &mut Vec<Decoded>) {
-        let trimmed = text.trim();
-        if trimmed.is_empty() {
-            return;
-        }
-        match serde_json::from_str::<Value>(trimmed) {
-            Ok(value) => self.decode_frame(value, None, out),
-            Err(err) => out.push(self.bad(trimmed, &format!("not JSON: {err}"))),
-        }
-    }
-
     /// Decodes one frame. `recorded_t` is the time a capture recorded it at, used when
     /// the frame has no time of its own.
     pub fn decode_frame(&mut self, frame: Value, recorded_t: Option<i64>, out: &mut Vec<Decoded>) {

@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::decode::OpenClawDecoder;
 use crate::encode::encode_control;
 use crate::handshake::{ConnectConfig, Handshake, HandshakeStep, PendingRequests, RpcOutcome};
+use patchbay_signal::decode::FrameDecoder as _;
 
 /// The gateway's default address.
 pub const DEFAULT_URL: &str = "ws://127.0.0.1:18789";

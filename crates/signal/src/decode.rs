@@ -283,6 +283,19 @@ pub trait FrameDecoder: Send {
 
     /// The `error` signal reporting an unusable line.
     fn bad_line(&self, raw: &str, message: &str) -> Decoded;
+
+    /// Decodes one text frame (a WebSocket message, an NDJSON line): blank text is
+    /// skipped, text that is not JSON is reported as bad input.
+    fn decode_text(&mut self, text: &str, out: &mut Vec<Decoded>) {
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return;
+        }
+        match serde_json::from_str::<Value>(trimmed) {
+            Ok(value) => self.decode_frame(value, None, out),
+            Err(err) => out.push(self.bad_line(trimmed, &format!("not JSON: {err}"))),
+        }
+    }
 }
 
 /// The byte-stream form of a [`FrameDecoder`]: NDJSON lines, each a bare frame or a
