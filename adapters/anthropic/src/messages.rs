@@ -4,8 +4,8 @@
 use std::borrow::Cow;
 
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
-use patchbay_signal::well_known::{ErrorPayload, Payload, Severity};
-use patchbay_signal::{Object, Signal, next_id, now_ms, take_str};
+use patchbay_signal::well_known::{ErrorPayload, Payload, Severity, as_count, tool_call_arguments};
+use patchbay_signal::{Object, Signal, is_informative, next_id, now_ms, take_str};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -424,10 +424,10 @@ impl MessagesDecoder {
                 ("usage", Value::Object(usage)) => {
                     for (k, v) in usage {
                         match k.as_str() {
-                            "input_tokens" if count(&v).is_some() => input_tokens = count(&v),
+                            "input_tokens" if as_count(&v).is_some() => input_tokens = as_count(&v),
                             // A placeholder at the start: message_delta has the real count.
                             "output_tokens" => {}
-                            _ if informative(&v) => {
+                            _ if is_informative(&v) => {
                                 start_usage.insert(k, v);
                             }
                             _ => {}
@@ -435,7 +435,7 @@ impl MessagesDecoder {
                     }
                 }
                 (_, value) => {
-                    if informative(&value) {
+                    if is_informative(&value) {
                         meta.insert(key, value);
                     }
                 }
@@ -494,7 +494,7 @@ impl MessagesDecoder {
                 let name = take_str(&mut block, "name").unwrap_or_default();
                 let start_input = match block.remove("input") {
                     Some(Value::Object(input)) if !input.is_empty() => Some(input),
-                    Some(other) if informative(&other) => {
+                    Some(other) if is_informative(&other) => {
                         block.insert("input".into(), other);
                         None
                     }
@@ -506,7 +506,7 @@ impl MessagesDecoder {
                     meta.insert("blockType".into(), Value::String(block_type.clone()));
                 }
                 for (k, v) in block {
-                    if informative(&v) {
+                    if is_informative(&v) {
                         meta.insert(k, v);
                     }
                 }
@@ -607,7 +607,7 @@ impl MessagesDecoder {
             message.stop_reason = stop_reason;
         }
         for (k, v) in delta {
-            if informative(&v) {
+            if is_informative(&v) {
                 message.stop_meta.insert(k, v);
             }
         }
@@ -619,9 +619,9 @@ impl MessagesDecoder {
         let mut meta = Object::new();
         for (k, v) in usage {
             match k.as_str() {
-                "input_tokens" if count(&v).is_some() => prompt = count(&v),
-                "output_tokens" if count(&v).is_some() => completion = count(&v),
-                _ if informative(&v) => {
+                "input_tokens" if as_count(&v).is_some() => prompt = as_count(&v),
+                "output_tokens" if as_count(&v).is_some() => completion = as_count(&v),
+                _ if is_informative(&v) => {
                     meta.insert(k, v);
                 }
                 _ => {}
@@ -691,7 +691,7 @@ impl MessagesDecoder {
                     None => Value::Object(e.clone()).to_string(),
                 };
                 for (k, v) in e {
-                    if informative(&v) {
+                    if is_informative(&v) {
                         meta.insert(k, v);
                     }
                 }
@@ -702,7 +702,7 @@ impl MessagesDecoder {
             None => (None, "error".to_owned()),
         };
         for (k, v) in event {
-            if informative(&v) {
+            if is_informative(&v) {
                 meta.insert(k, v);
             }
         }
@@ -791,7 +791,7 @@ impl MessagesDecoder {
             } => {
                 let input = match start_input {
                     Some(input) if json.trim().is_empty() => input,
-                    _ => parse_input(json),
+                    _ => tool_call_arguments(json),
                 };
                 let mut payload = Object::with_capacity(4);
                 payload.insert("toolName".into(), Value::String(name));
@@ -834,7 +834,7 @@ impl MessagesDecoder {
                     metadata.insert("blockType".into(), Value::String(block_type));
                 }
                 for (k, v) in fields {
-                    if informative(&v) {
+                    if is_informative(&v) {
                         metadata.insert(k, v);
                     }
                 }
@@ -999,40 +999,5 @@ fn signal_is_result(block_type: &str) -> bool {
 
 /// The `index` of a content block event (0 when missing).
 fn index_of(event: &Object) -> u64 {
-    event.get("index").and_then(count).unwrap_or(0)
-}
-
-/// Parses an assembled tool input: an object as is, `{}` when empty, `{"_raw": …}` when it
-/// is cut off mid-JSON or not an object.
-fn parse_input(json: String) -> Object {
-    let trimmed = json.trim();
-    if trimmed.is_empty() {
-        return Object::new();
-    }
-    if let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(trimmed) {
-        return obj;
-    }
-    let mut raw = Object::new();
-    raw.insert("_raw".into(), Value::String(json));
-    raw
-}
-
-/// A non-negative integer count (JSON Schema's integer accepts `3.0`).
-fn count(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| {
-        v.as_f64()
-            .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f <= u64::MAX as f64)
-            .map(|f| f as u64)
-    })
-}
-
-/// Whether a value carries anything: not null, not an empty string, object or array.
-fn informative(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-        _ => true,
-    }
+    event.get("index").and_then(as_count).unwrap_or(0)
 }

@@ -2,8 +2,8 @@
 //! responses) in, signals out.
 
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
-use patchbay_signal::well_known::{ErrorPayload, Payload, Severity};
-use patchbay_signal::{Object, Signal, next_id, now_ms, take_str};
+use patchbay_signal::well_known::{ErrorPayload, Payload, Severity, as_count, tool_call_arguments};
+use patchbay_signal::{Object, Signal, is_informative, next_id, now_ms, take_str};
 use serde_json::Value;
 
 /// The data line that ends a stream.
@@ -187,12 +187,12 @@ impl ChatDecoder {
                 ("usage", Value::Object(u)) => usage = Some(u),
                 (name, value) => {
                     if let Some(slot) = STREAM_INFO.iter().position(|k| *k == name) {
-                        if informative(&value)
+                        if is_informative(&value)
                             && let Some(info) = self.stream.info.get_mut(slot)
                         {
                             *info = Some(value);
                         }
-                    } else if informative(&value) {
+                    } else if is_informative(&value) {
                         extra.insert(key, value);
                     }
                 }
@@ -202,7 +202,7 @@ impl ChatDecoder {
             ts: timestamp,
             extra,
         };
-        if let Some(error) = error.filter(informative) {
+        if let Some(error) = error.filter(is_informative) {
             self.emit_error(error, &ctx, out);
         }
         if choices.len() > 1 {
@@ -343,7 +343,7 @@ impl ChatDecoder {
 
     fn decode_choice(&mut self, choice: Value, ctx: &Ctx, out: &mut Vec<Decoded>) {
         let Value::Object(choice) = choice else {
-            if informative(&choice) {
+            if is_informative(&choice) {
                 let mut payload = Object::new();
                 payload.insert("value".into(), choice);
                 out.push(Decoded::Signal(self.signal(
@@ -362,13 +362,15 @@ impl ChatDecoder {
         let mut choice_extra = Object::new();
         for (key, value) in choice {
             match (key.as_str(), value) {
-                ("index", value) if count(&value).is_some() => index = count(&value).unwrap_or(0),
+                ("index", value) if as_count(&value).is_some() => {
+                    index = as_count(&value).unwrap_or(0)
+                }
                 ("delta" | "message", Value::Object(d)) if delta.is_none() => delta = Some(d),
                 ("finish_reason", Value::String(reason)) => finish_reason = Some(reason),
                 // Legacy completions (`text_completion`) carry the text on the choice.
                 ("text", Value::String(text)) => legacy_text = Some(text),
                 (_, value) => {
-                    if informative(&value) {
+                    if is_informative(&value) {
                         choice_extra.insert(key, value);
                     }
                 }
@@ -393,7 +395,7 @@ impl ChatDecoder {
                 ("tool_calls", Value::Array(calls)) => tool_calls = Some(calls),
                 ("function_call", Value::Object(call)) => function_call = Some(call),
                 (_, value) => {
-                    if informative(&value) {
+                    if is_informative(&value) {
                         choice_extra.insert(key, value);
                     }
                 }
@@ -498,7 +500,7 @@ impl ChatDecoder {
         let Value::Object(mut fragment) = fragment else {
             return;
         };
-        let explicit_index = fragment.remove("index").as_ref().and_then(count);
+        let explicit_index = fragment.remove("index").as_ref().and_then(as_count);
         let id = take_str(&mut fragment, "id").filter(|s| !s.is_empty());
         let kind = take_str(&mut fragment, "type");
         let (name, arguments) = if legacy {
@@ -601,7 +603,7 @@ impl ChatDecoder {
         for tool in tools {
             let input = match tool.object {
                 Some(obj) if tool.arguments.trim().is_empty() => obj,
-                _ => parse_arguments(tool.arguments),
+                _ => tool_call_arguments(tool.arguments),
             };
             let mut payload = Object::with_capacity(4);
             payload.insert("toolName".into(), Value::String(tool.name));
@@ -663,8 +665,8 @@ impl ChatDecoder {
         let prompt = usage.remove("prompt_tokens");
         let completion = usage.remove("completion_tokens");
         let (prompt_n, completion_n) = (
-            prompt.as_ref().and_then(count),
-            completion.as_ref().and_then(count),
+            prompt.as_ref().and_then(as_count),
+            completion.as_ref().and_then(as_count),
         );
         if prompt_n.is_none() && completion_n.is_none() {
             // No counts: not a `token_usage` of 0/0, but kept as it came.
@@ -673,7 +675,7 @@ impl ChatDecoder {
                     usage.insert(key.into(), value);
                 }
             }
-            usage.retain(|_, v| informative(v));
+            usage.retain(|_, v| is_informative(v));
             if !usage.is_empty() {
                 let mut signal = self.signal("openai.usage", usage, ctx.ts);
                 signal.metadata = (!ctx.extra.is_empty()).then(|| ctx.extra.clone().into());
@@ -694,12 +696,12 @@ impl ChatDecoder {
         let mut meta = Object::new();
         for (key, value) in [("prompt_tokens", prompt), ("completion_tokens", completion)] {
             // A count of the wrong shape (a string, a negative number) is kept as sent.
-            if let Some(value) = value.filter(|v| count(v).is_none() && informative(v)) {
+            if let Some(value) = value.filter(|v| as_count(v).is_none() && is_informative(v)) {
                 meta.insert(key.into(), value);
             }
         }
         for (key, value) in usage {
-            if informative(&value) {
+            if is_informative(&value) {
                 meta.insert(key, value);
             }
         }
@@ -717,7 +719,7 @@ impl ChatDecoder {
                 let code = match e.remove("code") {
                     Some(Value::String(s)) if !s.is_empty() => Some(s),
                     Some(Value::Number(n)) => Some(n.to_string()),
-                    Some(other) if informative(&other) => {
+                    Some(other) if is_informative(&other) => {
                         meta.insert("code".into(), other);
                         None
                     }
@@ -733,7 +735,7 @@ impl ChatDecoder {
                     meta.insert("errorType".into(), Value::String(kind));
                 }
                 for (k, v) in e {
-                    if informative(&v) {
+                    if is_informative(&v) {
                         meta.insert(k, v);
                     }
                 }
@@ -760,41 +762,6 @@ struct Ctx {
     ts: i64,
     /// The chunk's fields that have no place in a payload.
     extra: Object,
-}
-
-/// Parses assembled tool arguments: an object as is, `{}` when empty, `{"_raw": …}` when
-/// they are not a JSON object (cut off, or another JSON value).
-fn parse_arguments(arguments: String) -> Object {
-    let trimmed = arguments.trim();
-    if trimmed.is_empty() {
-        return Object::new();
-    }
-    if let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(trimmed) {
-        return obj;
-    }
-    let mut raw = Object::new();
-    raw.insert("_raw".into(), Value::String(arguments));
-    raw
-}
-
-/// A non-negative integer count (JSON Schema's integer accepts `3.0`).
-fn count(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| {
-        v.as_f64()
-            .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f <= u64::MAX as f64)
-            .map(|f| f as u64)
-    })
-}
-
-/// Whether a value carries anything: not null, not an empty string, object or array.
-fn informative(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-        _ => true,
-    }
 }
 
 fn extend(meta: &mut Object, from: &Object) {

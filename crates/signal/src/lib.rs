@@ -51,6 +51,18 @@ pub fn take_str(obj: &mut Object, key: &str) -> Option<String> {
     }
 }
 
+/// Whether a value carries anything: not null, not an empty string, object or array. A
+/// decoder keeps a field it has no place for (as metadata) only when it does.
+pub fn is_informative(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    }
+}
+
 /// A signal shared between branches of the graph: signals are immutable once emitted.
 pub type SharedSignal = Arc<Signal>;
 

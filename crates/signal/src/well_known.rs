@@ -249,6 +249,33 @@ pub const WELL_KNOWN_TYPES: [&str; 14] = [
     "user.point",
 ];
 
+/// The `arguments` of a `tool_call` from the JSON text a stream assembled: the object as
+/// it is, `{}` when the text is empty, `{"_raw": text}` when it is not a JSON object (cut
+/// off mid-stream, or another JSON value), so that nothing the model sent is lost.
+pub fn tool_call_arguments(text: String) -> Object {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Object::new();
+    }
+    if let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(trimmed) {
+        return obj;
+    }
+    let mut raw = Object::new();
+    raw.insert("_raw".into(), Value::String(text));
+    raw
+}
+
+/// A count (token numbers, indexes) as the schema's integers allow it: a non-negative
+/// integer, `3.0` included.
+pub fn as_count(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f <= u64::MAX as f64)
+            .map(|f| f as u64)
+    })
+}
+
 /// Whether `kind` is a well-known type.
 pub fn is_well_known(kind: &str) -> bool {
     spec(kind).is_some()
