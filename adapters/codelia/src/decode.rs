@@ -8,7 +8,7 @@ use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
     ToolCall, ToolResult,
 };
-use patchbay_signal::{Object, Signal, now_ms, take_str};
+use patchbay_signal::{Object, Signal, millis_of, now_ms, object, take_str};
 use serde_json::Value;
 
 /// How many runs' states are remembered (a runtime has one or two live at a time; the
@@ -191,7 +191,7 @@ impl CodeliaDecoder {
         let params = match params {
             Value::Object(p) => p,
             Value::Null => Object::new(),
-            other => object_with("value", other),
+            other => object! { "value" => other },
         };
         match method {
             "agent.event" => self.agent_event(params, ts, out),
@@ -240,7 +240,7 @@ impl CodeliaDecoder {
             Some(Value::String(kind)) => kind,
             _ => String::new(),
         };
-        let timestamp = match event.get("timestamp").and_then(as_millis) {
+        let timestamp = match event.get("timestamp").and_then(millis_of) {
             Some(ts) => {
                 event.shift_remove("timestamp");
                 ts
@@ -294,7 +294,7 @@ impl CodeliaDecoder {
                     let output = match event.shift_remove("result") {
                         Some(Value::Object(result)) => Some(result),
                         None => None,
-                        Some(other) => Some(object_with("result", other)),
+                        Some(other) => Some(object! { "result" => other }),
                     };
                     Some(
                         ToolResult {
@@ -503,23 +503,6 @@ fn correlate(signal: Signal, run: Option<String>) -> Signal {
     match run {
         Some(run) => signal.correlated(run),
         None => signal,
-    }
-}
-
-fn object_with(key: &str, value: Value) -> Object {
-    let mut o = Object::new();
-    o.insert(key.to_owned(), value);
-    o
-}
-
-fn as_millis(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64().or_else(|| {
-            n.as_f64()
-                .filter(|f| f.is_finite())
-                .map(|f| f.floor() as i64)
-        }),
-        _ => None,
     }
 }
 

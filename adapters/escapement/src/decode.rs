@@ -4,9 +4,9 @@ use patchbay_signal::decode::{FrameDecoder, FrameLines};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
-    TokenUsage, ToolResult,
+    TokenUsage, ToolResult, as_count,
 };
-use patchbay_signal::{Object, Signal, now_ms};
+use patchbay_signal::{Object, Signal, millis_of, now_ms, object};
 use serde_json::Value;
 
 /// Drops frames replayed after a reconnect: a frame whose `seq` is at or below the
@@ -122,7 +122,7 @@ impl EscapementDecoder {
         }
         let mut stray = Object::new();
         let timestamp = match frame.shift_remove("ts") {
-            Some(ts) => match as_millis(&ts) {
+            Some(ts) => match millis_of(&ts) {
                 Some(ms) => ms,
                 None => {
                     stray.insert("ts".into(), ts);
@@ -171,7 +171,7 @@ impl EscapementDecoder {
         let mut data = match frame.shift_remove("data") {
             Some(Value::Object(data)) => data,
             None | Some(Value::Null) => Object::new(),
-            Some(other) => object_with("value", other),
+            Some(other) => object! { "value" => other },
         };
         // Top-level bookkeeping keys (`transcript/node-id`, …) travel as metadata.
         let mut meta = meta;
@@ -268,34 +268,6 @@ fn with_correlation(signal: Signal, correlation: &Option<String>) -> Signal {
     }
 }
 
-fn object_with(key: &str, value: Value) -> Object {
-    let mut o = Object::new();
-    o.insert(key.to_owned(), value);
-    o
-}
-
-/// Epoch milliseconds from a JSON number (integers, or floats floored).
-fn as_millis(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64().or_else(|| {
-            n.as_f64()
-                .filter(|f| f.is_finite())
-                .map(|f| f.floor() as i64)
-        }),
-        _ => None,
-    }
-}
-
-/// A non-negative integer count (JSON Schema's integer accepts `3.0`).
-fn as_count(v: Option<&Value>) -> Option<u64> {
-    let v = v?;
-    v.as_u64().or_else(|| {
-        v.as_f64()
-            .filter(|f| f.is_finite() && *f >= 0.0 && f.fract() == 0.0 && *f < 1.8e19)
-            .map(|f| f as u64)
-    })
-}
-
 fn delta(data: &mut Object, agent_id: &str, source: &str) -> Vec<Signal> {
     let delta_type = match data.get("type") {
         None | Some(Value::Null) => "text-delta",
@@ -329,8 +301,8 @@ fn response(data: &mut Object, agent_id: &str, session: Option<&str>, source: &s
     let mut signals = Vec::new();
     let model = data.get("model").and_then(Value::as_str).map(str::to_owned);
     if let Some(Value::Object(usage)) = data.get("usage") {
-        let input = as_count(usage.get("input-tokens"));
-        let output = as_count(usage.get("output-tokens"));
+        let input = usage.get("input-tokens").and_then(as_count);
+        let output = usage.get("output-tokens").and_then(as_count);
         if input.is_some() || output.is_some() {
             let mut usage = usage.clone();
             usage.shift_remove("input-tokens");
@@ -395,7 +367,7 @@ fn tool_result(data: &mut Object, agent_id: &str, source: &str) -> Vec<Signal> {
     data.shift_remove("is-error");
     let output = data
         .shift_remove("content-preview")
-        .map(|preview| object_with("content-preview", preview));
+        .map(|preview| object! { "content-preview" => preview });
     vec![
         ToolResult {
             tool_name: tool,
@@ -415,7 +387,7 @@ fn llm_error(event: &str, data: &mut Object, agent_id: &str, source: &str) -> Si
         Some(other) => other.to_string(),
     };
     // A model that went down while others remain is a failover, not yet a failure.
-    let severity = match (event, as_count(data.get("remaining"))) {
+    let severity = match (event, data.get("remaining").and_then(as_count)) {
         ("llm/model-down", Some(remaining)) if remaining > 0 => Severity::Warning,
         _ => Severity::Error,
     };
@@ -459,14 +431,5 @@ mod tests {
         assert_eq!(d.dropped(), 2);
         d.reset();
         assert!(d.admit(Some(0)));
-    }
-
-    #[test]
-    fn counts_accept_integral_floats_only() {
-        use serde_json::json;
-        assert_eq!(as_count(Some(&json!(3.0))), Some(3));
-        assert_eq!(as_count(Some(&json!(3.5))), None);
-        assert_eq!(as_count(Some(&json!(-1))), None);
-        assert_eq!(as_count(Some(&json!("3"))), None);
     }
 }

@@ -6,9 +6,9 @@ use patchbay_signal::decode::{FrameDecoder, FrameLines};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
-    TokenUsage, ToolCall, ToolResult,
+    TokenUsage, ToolCall, ToolResult, as_count,
 };
-use patchbay_signal::{Object, Signal, now_ms, take_str};
+use patchbay_signal::{Object, Signal, millis_of, now_ms, object, take_str};
 use serde_json::Value;
 
 /// Events the gateway sends for its own upkeep: UIs hide them by default.
@@ -254,7 +254,7 @@ impl OpenClawDecoder {
         let payload = match frame.shift_remove("payload") {
             Some(Value::Object(p)) => p,
             None | Some(Value::Null) => Object::new(),
-            Some(other) => object_with("value", other),
+            Some(other) => object! { "value" => other },
         };
         let mut metadata = Object::new();
         if let Some(seq) = frame.shift_remove("seq") {
@@ -280,7 +280,7 @@ impl OpenClawDecoder {
         let envelope = Envelope {
             timestamp: payload
                 .get("ts")
-                .and_then(as_millis)
+                .and_then(millis_of)
                 .unwrap_or(fallback_time),
             correlation: payload
                 .get("runId")
@@ -384,7 +384,7 @@ impl OpenClawDecoder {
         let mut data = match payload.shift_remove("data") {
             Some(Value::Object(d)) => d,
             None | Some(Value::Null) => Object::new(),
-            Some(other) => object_with("value", other),
+            Some(other) => object! { "value" => other },
         };
         // The rest of the event payload (session snapshots, …) goes to `metadata.frame`;
         // what the envelope already carries is not repeated.
@@ -471,7 +471,7 @@ impl OpenClawDecoder {
                 let input = match data.shift_remove("args") {
                     Some(Value::Object(args)) => Some(args),
                     None | Some(Value::Null) => None,
-                    Some(other) => Some(object_with("_raw", other)),
+                    Some(other) => Some(object! { "_raw" => other }),
                 };
                 ToolCall {
                     tool_name: name,
@@ -490,7 +490,7 @@ impl OpenClawDecoder {
                     let output = match data.shift_remove("result") {
                         Some(Value::Object(result)) => Some(result),
                         None => None,
-                        Some(other) => Some(object_with("result", other)),
+                        Some(other) => Some(object! { "result" => other }),
                     };
                     Some(
                         ToolResult {
@@ -600,7 +600,7 @@ impl OpenClawDecoder {
 fn usage(data: &mut Object, agent_id: String, source: &str) -> Option<Signal> {
     let mut take_count = |names: &[&str]| {
         for name in names {
-            if let Some(n) = as_count(data.get(*name)) {
+            if let Some(n) = data.get(*name).and_then(as_count) {
                 data.shift_remove(*name);
                 return Some(n);
             }
@@ -644,32 +644,6 @@ fn usage(data: &mut Object, agent_id: String, source: &str) -> Option<Signal> {
         signal = signal.with_meta("missing", missing);
     }
     Some(signal)
-}
-
-fn object_with(key: &str, value: Value) -> Object {
-    let mut o = Object::new();
-    o.insert(key.to_owned(), value);
-    o
-}
-
-fn as_millis(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64().or_else(|| {
-            n.as_f64()
-                .filter(|f| f.is_finite())
-                .map(|f| f.floor() as i64)
-        }),
-        _ => None,
-    }
-}
-
-fn as_count(v: Option<&Value>) -> Option<u64> {
-    let v = v?;
-    v.as_u64().or_else(|| {
-        v.as_f64()
-            .filter(|f| f.is_finite() && *f >= 0.0 && f.fract() == 0.0 && *f < 1.8e19)
-            .map(|f| f as u64)
-    })
 }
 
 /// The byte-stream form of [`OpenClawDecoder`]: NDJSON lines, each a bare frame or a

@@ -215,6 +215,19 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Epoch milliseconds from a JSON number: an integer as it is, a float floored; `None`
+/// for anything else.
+pub fn millis_of(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.is_finite())
+                .map(|f| f.floor() as i64)
+        }),
+        _ => None,
+    }
+}
+
 /// Builds a JSON object from `key => value` pairs.
 ///
 /// ```
