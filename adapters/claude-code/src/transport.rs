@@ -153,26 +153,18 @@ impl Settings {
         if let Some(hosts) = &config.allowed_hosts {
             listen::check_hosts(hosts).map_err(|(_, message)| ("allowed_hosts", message))?;
         }
-        for (key, value) in [
-            ("header_timeout_ms", config.header_timeout_ms),
-            ("idle_timeout_ms", config.idle_timeout_ms),
-            ("max_connections", config.max_connections as u64),
-        ] {
-            if value == 0 {
-                return Err((key, "must be at least 1".into()));
-            }
-        }
+        let limits = Limits::check(
+            config.header_timeout_ms,
+            config.idle_timeout_ms,
+            config.max_connections,
+        )?;
         Ok(Settings {
             listen,
             token: config.token,
             gate: config.gate,
             max_body: config.max_body,
             allowed_hosts: config.allowed_hosts,
-            limits: Limits {
-                header_timeout: Duration::from_millis(config.header_timeout_ms),
-                idle_timeout: Duration::from_millis(config.idle_timeout_ms),
-                max_connections: config.max_connections,
-            },
+            limits,
         })
     }
 
@@ -191,12 +183,6 @@ impl Settings {
 
 fn parse_options(options: &Options<'_>) -> Result<Settings, Diagnostic> {
     let config: ClaudeCodeConfig = options.parse()?;
-    Limits::from_options(
-        options,
-        config.header_timeout_ms,
-        config.idle_timeout_ms,
-        config.max_connections,
-    )?;
     Settings::check(config).map_err(|(key, msg)| options.error_at(key, msg))
 }
 

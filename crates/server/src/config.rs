@@ -175,12 +175,6 @@ impl Settings {
             config.ingest_timeout_ms,
             0..=MAX_DURATION_MS,
         )?;
-        Limits::from_options(
-            options,
-            config.header_timeout_ms,
-            config.idle_timeout_ms,
-            config.max_connections,
-        )?;
         Settings::check(config).map_err(|e| options.error_at(e.key, e.message))
     }
 
@@ -231,15 +225,12 @@ impl Settings {
                 )
             })?;
         }
-        for (key, value) in [
-            ("header_timeout_ms", config.header_timeout_ms),
-            ("idle_timeout_ms", config.idle_timeout_ms),
-            ("max_connections", config.max_connections as u64),
-        ] {
-            if value == 0 {
-                return Err(BadSetting::new(key, "must be at least 1"));
-            }
-        }
+        let limits = Limits::check(
+            config.header_timeout_ms,
+            config.idle_timeout_ms,
+            config.max_connections,
+        )
+        .map_err(|(key, message)| BadSetting::new(key, message))?;
         Ok(Settings {
             listen,
             ring: config.ring,
@@ -249,11 +240,7 @@ impl Settings {
             allowed_hosts: config.allowed_hosts,
             max_frame: config.max_frame,
             ingest_timeout: std::time::Duration::from_millis(config.ingest_timeout_ms),
-            limits: Limits {
-                header_timeout: std::time::Duration::from_millis(config.header_timeout_ms),
-                idle_timeout: std::time::Duration::from_millis(config.idle_timeout_ms),
-                max_connections: config.max_connections,
-            },
+            limits,
         })
     }
 

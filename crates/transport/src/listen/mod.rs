@@ -36,7 +36,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use patchbay_graph::config::MAX_DURATION_MS;
+use patchbay_graph::config::{MAX_DURATION_MS, out_of_range};
 use patchbay_graph::{ComponentStats, Diagnostic, Options};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -80,26 +80,42 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The bounds as written in a component's options (`header_timeout_ms`,
-    /// `idle_timeout_ms`, `max_connections`), range-checked: an error points at the key.
+    /// The bounds from a component's `header_timeout_ms`, `idle_timeout_ms` and
+    /// `max_connections`, range-checked: an error names the key and what is wrong.
+    pub fn check(
+        header_timeout_ms: u64,
+        idle_timeout_ms: u64,
+        max_connections: usize,
+    ) -> Result<Limits, (&'static str, String)> {
+        for (key, value, max) in [
+            ("header_timeout_ms", header_timeout_ms, MAX_DURATION_MS),
+            ("idle_timeout_ms", idle_timeout_ms, MAX_DURATION_MS),
+            (
+                "max_connections",
+                max_connections as u64,
+                MAX_CONNECTIONS_LIMIT as u64,
+            ),
+        ] {
+            if let Some(message) = out_of_range(key, value, &(1..=max)) {
+                return Err((key, message));
+            }
+        }
+        Ok(Limits {
+            header_timeout: Duration::from_millis(header_timeout_ms),
+            idle_timeout: Duration::from_millis(idle_timeout_ms),
+            max_connections,
+        })
+    }
+
+    /// [`Limits::check`] for a component's options: an error points at the key.
     pub fn from_options(
         options: &Options<'_>,
         header_timeout_ms: u64,
         idle_timeout_ms: u64,
         max_connections: usize,
     ) -> Result<Limits, Diagnostic> {
-        options.check_range("header_timeout_ms", header_timeout_ms, 1..=MAX_DURATION_MS)?;
-        options.check_range("idle_timeout_ms", idle_timeout_ms, 1..=MAX_DURATION_MS)?;
-        options.check_range(
-            "max_connections",
-            max_connections,
-            1..=MAX_CONNECTIONS_LIMIT,
-        )?;
-        Ok(Limits {
-            header_timeout: Duration::from_millis(header_timeout_ms),
-            idle_timeout: Duration::from_millis(idle_timeout_ms),
-            max_connections,
-        })
+        Limits::check(header_timeout_ms, idle_timeout_ms, max_connections)
+            .map_err(|(key, message)| options.error_at(key, message))
     }
 }
 
