@@ -267,15 +267,6 @@ pub fn tool_call_arguments(text: String) -> Object {
 
 /// A count (token numbers, indexes) as the schema's integers allow it: a non-negative
 /// integer, `3.0` included.
-///
-/// ```
-/// use patchbay_signal::well_known::as_count;
-/// use serde_json::json;
-/// assert_eq!(as_count(&json!(3.0)), Some(3));
-/// assert_eq!(as_count(&json!(3.5)), None);
-/// assert_eq!(as_count(&json!(-1)), None);
-/// assert_eq!(as_count(&json!("3")), None);
-/// ```
 pub fn as_count(value: &Value) -> Option<u64> {
     value.as_u64().or_else(|| {
         value
@@ -627,6 +618,15 @@ pub fn repair(signal: &mut Signal) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_accept_integral_floats_only() {
+        assert_eq!(as_count(&serde_json::json!(3)), Some(3));
+        assert_eq!(as_count(&serde_json::json!(3.0)), Some(3));
+        assert_eq!(as_count(&serde_json::json!(3.5)), None);
+        assert_eq!(as_count(&serde_json::json!(-1)), None);
+        assert_eq!(as_count(&serde_json::json!("3")), None);
+    }
     use crate::object;
 
     #[test]
