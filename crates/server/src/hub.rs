@@ -78,11 +78,14 @@ impl Frame {
             put(&mut out, c);
         }
         out.extend_from_slice(b",\"metadata\":");
-        match s.metadata.as_ref() {
-            // Metadata kept as its text, without a `seq` of its own: the text with `seq`
-            // added last, the same bytes as serializing its tree and `seq`.
-            Some(meta) if meta.raw_has_key("seq") == Some(false) => {
-                let raw = meta.raw_json().unwrap_or("{}");
+        // Metadata kept as its text, without a `seq` of its own: the text with `seq` added
+        // last, the same bytes as serializing its tree and `seq`.
+        let kept = s.metadata.as_ref().and_then(|meta| {
+            meta.raw_json()
+                .filter(|_| meta.raw_has_key("seq") == Some(false))
+        });
+        match kept {
+            Some(raw) => {
                 out.extend_from_slice(&raw.as_bytes()[..raw.len() - 1]);
                 if raw.len() > 2 {
                     out.push(b',');
@@ -91,7 +94,13 @@ impl Frame {
                 put(&mut out, &seq);
                 out.push(b'}');
             }
-            meta => put(&mut out, &MetaWithSeq { meta, seq }),
+            None => put(
+                &mut out,
+                &MetaWithSeq {
+                    meta: s.metadata.as_ref(),
+                    seq,
+                },
+            ),
         }
         out.extend_from_slice(b",\"payload\":");
         let payload_at = out.len();
