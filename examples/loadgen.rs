@@ -547,8 +547,9 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
     }
     let elapsed = sending.started.elapsed().as_secs_f64();
     sending.close();
-    // Latency: paced, a tenth of the signals (at least 2000).
-    let paced = (o.signals / 10).max(2000);
+    // Latency: paced, a tenth of the signals, at least 2000 and at most 20 seconds' worth
+    // (at `--rate`, the paced run takes its count divided by the rate in seconds).
+    let paced = (o.signals / 10).clamp(2000, (o.rate as usize * 20).max(2000));
     let handles = subscribe(server.port, subs, paced).await;
     publish(
         server.port,

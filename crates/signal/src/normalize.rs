@@ -16,6 +16,7 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::payload::canonical_object_len;
 use crate::well_known::{self, ErrorPayload, Payload, Severity};
 use crate::{LazyObject, Object, Signal, next_id, now_ms, truncate};
 
@@ -93,7 +94,10 @@ impl Normalizer {
         if !text.trim_start().starts_with('{') {
             return None;
         }
-        let fields: Fields = serde_json::from_str::<TopLevel>(text).ok()?.0?;
+        let fields = match plain_envelope(text) {
+            Some(fields) => fields,
+            None => serde_json::from_str::<TopLevel>(text).ok()?.0?,
+        };
         let signal = self.build(fields);
         self.last_timestamp = signal.timestamp;
         Some(signal)
@@ -255,7 +259,118 @@ impl Normalizer {
     }
 }
 
+/// The one-pass reading of [`Normalizer::envelope_from_str`], for the usual envelope: an
+/// object written compactly whose fields are all envelope fields, each once, with plain
+/// values (`type`, `id`, `source` and `correlationId` strings without escapes, an integer
+/// `timestamp`, `payload` and `metadata` objects kept as text, see [`LazyObject`]). `None`
+/// as soon as anything else is met; the general reading then takes the text, and gives
+/// the same fields for everything this one accepts.
+fn plain_envelope(text: &str) -> Option<Fields> {
+    let text = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+    let bytes = text.as_bytes();
+    if bytes.first() != Some(&b'{') {
+        return None;
+    }
+    let mut fields = Fields::default();
+    let mut kind = None;
+    let mut seen = 0u8;
+    let mut at = 1;
+    loop {
+        let (key, after) = plain_string(text, at)?;
+        if bytes.get(after) != Some(&b':') {
+            return None;
+        }
+        at = after + 1;
+        let (bit, key) = match key {
+            "type" => (1, Key::Type),
+            "id" => (2, Key::Id),
+            "timestamp" => (4, Key::Timestamp),
+            "source" => (8, Key::Source),
+            "correlationId" => (16, Key::CorrelationId),
+            "metadata" => (32, Key::Metadata),
+            "payload" => (64, Key::Payload),
+            _ => return None,
+        };
+        if seen & bit != 0 {
+            return None;
+        }
+        seen |= bit;
+        match key {
+            Key::Payload | Key::Metadata => {
+                let len = canonical_object_len(&text[at..])?;
+                let object = Some(ObjectField::Text(LazyObject::from_canonical(
+                    &text[at..at + len],
+                )));
+                at += len;
+                match key {
+                    Key::Payload => fields.payload = object,
+                    _ => fields.metadata = object,
+                }
+            }
+            Key::Timestamp => {
+                let (n, after) = plain_integer(bytes, at)?;
+                fields.timestamp = Some(Value::from(n));
+                at = after;
+            }
+            _ => {
+                let (value, after) = plain_string(text, at)?;
+                at = after;
+                match key {
+                    Key::Type => kind = Some(value.to_owned()),
+                    Key::Id => fields.id = Some(Value::String(value.to_owned())),
+                    Key::Source => fields.source = Some(Value::String(value.to_owned())),
+                    _ => fields.correlation_id = Some(Value::String(value.to_owned())),
+                }
+            }
+        }
+        match bytes.get(at) {
+            Some(b',') => at += 1,
+            Some(b'}') if at + 1 == bytes.len() => break,
+            _ => return None,
+        }
+    }
+    fields.kind = kind?;
+    Some(fields)
+}
+
+/// The string that starts at `at` (its opening quote), when it has no escape: its text
+/// and the index after its closing quote.
+fn plain_string(text: &str, at: usize) -> Option<(&str, usize)> {
+    let bytes = text.as_bytes();
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let from = at + 1;
+    let len = bytes[from..]
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+    let to = from + len;
+    // The quotes are ASCII: the span lies on character boundaries.
+    (bytes[to] == b'"').then(|| (&text[from..to], to + 1))
+}
+
+/// The integer that starts at `at`, written as `serde_json` reads it into an `i64` (no
+/// leading zero, not `-0`, at most 18 digits): its value and the index after it.
+fn plain_integer(bytes: &[u8], at: usize) -> Option<(i64, usize)> {
+    let negative = bytes.get(at) == Some(&b'-');
+    let from = at + usize::from(negative);
+    let len = bytes[from..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let digits = &bytes[from..from + len];
+    if !(1..=18).contains(&len) || (digits[0] == b'0' && (len > 1 || negative)) {
+        return None;
+    }
+    let value = digits
+        .iter()
+        .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+    Some((if negative { -value } else { value }, from + len))
+}
+
 /// An envelope's fields, taken from a JSON object.
+#[derive(Default)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Fields {
     kind: String,
     id: Option<Value>,
@@ -270,6 +385,7 @@ struct Fields {
 
 /// An envelope's `payload` or `metadata`: an object kept as its text, or any value as a
 /// tree.
+#[cfg_attr(test, derive(Debug))]
 enum ObjectField {
     Text(LazyObject),
     Tree(Value),
@@ -417,10 +533,72 @@ pub fn bad_input_signal(source: &str, timestamp: i64, raw: &str, message: &str) 
     .with_meta("raw", truncate(raw, RAW_KEEP))
 }
 
+/// In tests: the same variant, and the same text (a kept one) or tree.
+#[cfg(test)]
+impl PartialEq for ObjectField {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ObjectField::Text(a), ObjectField::Text(b)) => a.raw_json() == b.raw_json(),
+            (ObjectField::Tree(a), ObjectField::Tree(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_one_pass_reading_agrees_with_the_general_one() {
+        let general = |text: &str| {
+            serde_json::from_str::<TopLevel>(text)
+                .ok()
+                .and_then(|t| t.0)
+        };
+        // Read in one pass, as the general reading reads them.
+        for text in [
+            r#"{"type":"text_delta","source":"loadgen","payload":{"agentId":"a","content":"token 1","index":1},"metadata":{"t0":17}}"#,
+            r#"{"id":"01J","type":"x.y","timestamp":0,"source":"s","correlationId":"c","metadata":{},"payload":{"a":[1,{"b":null}],"c":"é\n"}}"#,
+            r#"{"type":"x","timestamp":-1700000000000}"#,
+            r#"{"type":"x","timestamp":999999999999999999}"#,
+            "  {\"type\":\"x\",\"payload\":{\"a\":1}}\n",
+            r#"{"payload":{"a":1},"type":"ünïcode"}"#,
+        ] {
+            let plain = plain_envelope(text);
+            assert!(plain.is_some(), "{text}");
+            assert_eq!(plain, general(text), "{text}");
+        }
+        // Left to the general reading (which reads each, or refuses it).
+        for text in [
+            r#"{"type":"x","extra":1}"#,
+            r#"{"type":"x","type":"y"}"#,
+            r#"{"type":"x\ty"}"#,
+            r#"{"\u0074ype":"x"}"#,
+            r#"{"type": "x"}"#,
+            r#"{"type":"x","id":7}"#,
+            r#"{"type":"x","timestamp":1.5}"#,
+            r#"{"type":"x","timestamp":1e3}"#,
+            r#"{"type":"x","timestamp":012}"#,
+            r#"{"type":"x","timestamp":-0}"#,
+            r#"{"type":"x","timestamp":1234567890123456789}"#,
+            r#"{"type":"x","correlationId":null}"#,
+            r#"{"type":"x","payload":{"a": 1}}"#,
+            r#"{"type":"x","payload":[1]}"#,
+            r#"{"type":"x","metadata":null}"#,
+            r#"{"type":"x"} {}"#,
+            r#"{"type":"x"}}"#,
+            r#"{"type":"x","#,
+            r#"{"source":"s"}"#,
+            r#"{"type":7}"#,
+            "{}",
+            "{",
+            "",
+        ] {
+            assert_eq!(plain_envelope(text), None, "{text}");
+        }
+    }
 
     fn n() -> Normalizer {
         Normalizer::new("test:n")

@@ -54,6 +54,14 @@ impl LazyObject {
         })
     }
 
+    /// Keeps `text`, already found canonical by [`canonical_object_len`].
+    pub(crate) fn from_canonical(text: &str) -> Self {
+        LazyObject {
+            raw: Some(text.into()),
+            tree: OnceLock::new(),
+        }
+    }
+
     /// The object's compact JSON text, when it is kept (made by
     /// [`from_json`](LazyObject::from_json) and not changed since): the same bytes as
     /// serializing the object with `serde_json`.
@@ -226,13 +234,19 @@ const MAX_KEYS: usize = 64;
 /// assert!(!is_canonical_object(r#"{"a":"\u0041"}"#));
 /// ```
 pub fn is_canonical_object(text: &str) -> bool {
+    canonical_object_len(text) == Some(text.len())
+}
+
+/// The length of the canonical object (see [`is_canonical_object`]) that `text` starts
+/// with, whatever follows it; `None` when `text` does not start with one.
+pub(crate) fn canonical_object_len(text: &str) -> Option<usize> {
     let mut scan = Scan {
         bytes: text.as_bytes(),
         at: 0,
         keys: Vec::new(),
         depth: 0,
     };
-    scan.peek() == Some(b'{') && scan.value() && scan.at == scan.bytes.len()
+    (scan.peek() == Some(b'{') && scan.value()).then_some(scan.at)
 }
 
 /// Calls `visit` with each top-level field of a canonical object's text (see
