@@ -36,10 +36,14 @@ pub enum Pushed {
     Closed,
 }
 
+/// A consumer that takes an output's signals in the task that pushes them (the graph's),
+/// instead of from the queue: see [`SignalQueue::deliver_inline`]. It is handed each
+/// batch in order and leaves the vector empty.
+pub type InlineSink = Box<dyn FnMut(&mut Vec<SharedSignal>) + Send>;
+
 /// A bounded multi-producer, single-consumer queue of signals.
-#[derive(Debug)]
 pub struct SignalQueue {
-    items: Mutex<VecDeque<SharedSignal>>,
+    state: Mutex<State>,
     capacity: usize,
     policy: WhenFull,
     closed: AtomicBool,
@@ -47,11 +51,52 @@ pub struct SignalQueue {
     not_full: Notify,
 }
 
+/// What the queue's lock guards: the signals waiting, or the consumer that takes them at
+/// once.
+struct State {
+    items: VecDeque<SharedSignal>,
+    inline: Option<InlineSink>,
+    /// The inline consumer panicked (its message): the queue closed then.
+    failure: Option<String>,
+}
+
+impl State {
+    /// Hands `batch` to the inline consumer, if there is one: `None` when there is none,
+    /// `Some(false)` when it panicked. The panic is caught here, in the pusher's task: the
+    /// consumer is dropped, the queue closes and [`SignalQueue::closed`] reports the panic
+    /// to the output's own task (the batch counts as lost).
+    fn hand_inline(&mut self, batch: &mut Vec<SharedSignal>, closed: &AtomicBool) -> Option<bool> {
+        let sink = self.inline.as_mut()?;
+        let call = std::panic::AssertUnwindSafe(|| sink(batch));
+        if let Err(panic) = std::panic::catch_unwind(call) {
+            self.inline = None;
+            self.failure = Some(crate::engine::panic_message(&*panic));
+            closed.store(true, Ordering::Release);
+            return Some(false);
+        }
+        Some(true)
+    }
+}
+
+impl std::fmt::Debug for SignalQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignalQueue")
+            .field("capacity", &self.capacity)
+            .field("policy", &self.policy)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
 impl SignalQueue {
     /// A queue holding at most `capacity` signals (at least 1).
     pub fn new(capacity: usize, policy: WhenFull) -> Self {
         SignalQueue {
-            items: Mutex::new(VecDeque::with_capacity(capacity.clamp(1, 4096))),
+            state: Mutex::new(State {
+                items: VecDeque::with_capacity(capacity.clamp(1, 4096)),
+                inline: None,
+                failure: None,
+            }),
             capacity: capacity.max(1),
             policy,
             closed: AtomicBool::new(false),
@@ -67,7 +112,7 @@ impl SignalQueue {
 
     /// Signals waiting.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().items.len()
     }
 
     /// Whether no signal waits.
@@ -75,8 +120,52 @@ impl SignalQueue {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<SharedSignal>> {
-        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// From now on, signals pushed are handed to `sink` in the pusher's task, in order,
+    /// without waiting and without being queued (what is queued already goes first): one
+    /// hand-over between tasks less, for an output whose delivery never waits (a sidecar's
+    /// hub, which cuts or drops from a client that falls behind rather than waiting for
+    /// it). The overflow policy no longer applies: nothing is ever full. [`pop_batch`]
+    /// and [`pop`] then only wait for the queue to close.
+    ///
+    /// [`pop_batch`]: SignalQueue::pop_batch
+    /// [`pop`]: SignalQueue::pop
+    pub fn deliver_inline(&self, sink: InlineSink) {
+        let mut st = self.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        st.inline = Some(sink);
+        let mut queued: Vec<SharedSignal> = st.items.drain(..).collect();
+        if !queued.is_empty() {
+            // A panic is reported by `closed`.
+            let _ = st.hand_inline(&mut queued, &self.closed);
+        }
+        drop(st);
+        self.not_full.notify_one();
+        self.not_empty.notify_one();
+    }
+
+    /// Waits until the queue is closed and empty. `Err` with the message when an inline
+    /// consumer ([`deliver_inline`](SignalQueue::deliver_inline)) panicked: the output's
+    /// task should fail with it (a panic there is contained and the output rebuilt).
+    pub async fn closed(&self) -> Result<(), String> {
+        loop {
+            let waiting = self.not_empty.notified();
+            {
+                let mut st = self.lock();
+                if let Some(failure) = st.failure.take() {
+                    return Err(failure);
+                }
+                if self.closed.load(Ordering::Acquire) && st.items.is_empty() {
+                    return Ok(());
+                }
+            }
+            waiting.await;
+        }
     }
 
     /// Pushes a signal, applying the policy when full (`Block` waits for room).
@@ -84,13 +173,22 @@ impl SignalQueue {
         loop {
             let waiting = self.not_full.notified();
             {
-                let mut items = self.lock();
+                let mut st = self.lock();
                 if self.closed.load(Ordering::Acquire) {
                     return Pushed::Closed;
                 }
+                if st.inline.is_some() {
+                    if st.hand_inline(&mut vec![signal], &self.closed) == Some(false) {
+                        drop(st);
+                        self.not_empty.notify_one();
+                        return Pushed::Closed;
+                    }
+                    return Pushed::Queued;
+                }
+                let items = &mut st.items;
                 if items.len() < self.capacity {
                     items.push_back(signal);
-                    drop(items);
+                    drop(st);
                     self.not_empty.notify_one();
                     return Pushed::Queued;
                 }
@@ -99,7 +197,7 @@ impl SignalQueue {
                     WhenFull::DropOldest => {
                         let old = items.pop_front();
                         items.push_back(signal);
-                        drop(items);
+                        drop(st);
                         self.not_empty.notify_one();
                         return old.map(Pushed::DroppedOldest).unwrap_or(Pushed::Queued);
                     }
@@ -119,11 +217,27 @@ impl SignalQueue {
         loop {
             let waiting = self.not_full.notified();
             {
-                let mut items = self.lock();
+                let mut st = self.lock();
                 if self.closed.load(Ordering::Acquire) {
-                    drop(items);
+                    drop(st);
                     return lost + signals.count() as u64;
                 }
+                let mut batch: Vec<SharedSignal> = Vec::new();
+                if st.inline.is_some() {
+                    batch.extend(signals.by_ref());
+                }
+                let n = batch.len() as u64;
+                match st.hand_inline(&mut batch, &self.closed) {
+                    Some(true) => return lost,
+                    Some(false) => {
+                        drop(st);
+                        // Only a panic wakes the output's task (`closed`).
+                        self.not_empty.notify_one();
+                        return lost + n;
+                    }
+                    None => {}
+                }
+                let items = &mut st.items;
                 let mut queued = false;
                 while signals.peek().is_some() {
                     if items.len() < self.capacity {
@@ -145,7 +259,7 @@ impl SignalQueue {
                         WhenFull::Block => break,
                     }
                 }
-                drop(items);
+                drop(st);
                 if queued {
                     self.not_empty.notify_one();
                 }
@@ -163,11 +277,11 @@ impl SignalQueue {
         loop {
             let waiting = self.not_empty.notified();
             {
-                let mut items = self.lock();
-                let n = items.len().min(max.max(1));
+                let mut st = self.lock();
+                let n = st.items.len().min(max.max(1));
                 if n > 0 {
-                    into.extend(items.drain(..n));
-                    drop(items);
+                    into.extend(st.items.drain(..n));
+                    drop(st);
                     self.not_full.notify_one();
                     return true;
                 }
@@ -184,9 +298,9 @@ impl SignalQueue {
         loop {
             let waiting = self.not_empty.notified();
             {
-                let mut items = self.lock();
-                if let Some(s) = items.pop_front() {
-                    drop(items);
+                let mut st = self.lock();
+                if let Some(s) = st.items.pop_front() {
+                    drop(st);
                     self.not_full.notify_one();
                     return Some(s);
                 }
@@ -200,10 +314,10 @@ impl SignalQueue {
 
     /// Takes up to `max` waiting signals without waiting.
     pub fn drain_ready(&self, max: usize, into: &mut Vec<SharedSignal>) {
-        let mut items = self.lock();
-        let n = items.len().min(max);
-        into.extend(items.drain(..n));
-        drop(items);
+        let mut st = self.lock();
+        let n = st.items.len().min(max);
+        into.extend(st.items.drain(..n));
+        drop(st);
         if n > 0 {
             self.not_full.notify_one();
         }
@@ -211,7 +325,14 @@ impl SignalQueue {
 
     /// Closes the queue: pushes are refused, `pop` returns what is left, then `None`.
     pub fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+        // Under the lock: a push that saw the queue open has finished with the sink, which
+        // goes (and what it holds with it).
+        let sink = {
+            let mut st = self.lock();
+            self.closed.store(true, Ordering::Release);
+            st.inline.take()
+        };
+        drop(sink);
         self.not_empty.notify_one();
         self.not_full.notify_one();
     }
@@ -257,6 +378,36 @@ mod tests {
         assert_eq!(q.pop().await.unwrap().timestamp, 1);
         assert_eq!(pusher.await.unwrap(), Pushed::Queued);
         assert_eq!(q.pop().await.unwrap().timestamp, 2);
+    }
+
+    #[tokio::test]
+    async fn an_inline_consumer_gets_everything_in_order_and_its_panic_closes_the_queue() {
+        let q = SignalQueue::new(2, WhenFull::Block);
+        q.push(sig(1)).await;
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&got);
+        q.deliver_inline(Box::new(move |batch| {
+            for s in batch.drain(..) {
+                assert!(s.timestamp != 13, "unlucky");
+                seen.lock().unwrap().push(s.timestamp);
+            }
+        }));
+        // Past the capacity, without waiting: nothing is queued any more.
+        assert_eq!(q.push_all((2..=6).map(sig)).await, 0);
+        assert_eq!(q.push(sig(7)).await, Pushed::Queued);
+        assert_eq!(*got.lock().unwrap(), [1, 2, 3, 4, 5, 6, 7]);
+        assert!(q.is_empty());
+
+        // A panic is caught in the pusher's task: the batch is lost, the queue closed, and
+        // the output's task told why.
+        assert_eq!(q.push_all([sig(12), sig(13)]).await, 2);
+        assert_eq!(q.push_all([sig(14)]).await, 1, "closed: counted as lost");
+        assert_eq!(q.closed().await, Err("unlucky".into()));
+
+        let q = SignalQueue::new(2, WhenFull::Block);
+        q.deliver_inline(Box::new(Vec::clear));
+        q.close();
+        assert_eq!(q.closed().await, Ok(()));
     }
 
     #[tokio::test]

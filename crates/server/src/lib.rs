@@ -49,8 +49,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use patchbay_graph::{
-    Adapter, BoxFuture, ComponentError, ComponentType, Diagnostic, Options, Output, OutputContext,
-    OutputKind, Role, WhenFull, options_of,
+    Adapter, BoxFuture, ComponentError, ComponentStats, ComponentType, Diagnostic, Options, Output,
+    OutputContext, OutputKind, Role, WhenFull, options_of,
 };
 use tokio::sync::watch;
 
@@ -64,9 +64,6 @@ pub const EPOCH_HEADER: &str = "x-patchbay-epoch";
 
 /// The output type name in configs.
 pub const TYPE_NAME: &str = "sidecar";
-
-/// At most this many signals are taken from the output's queue and published at once.
-const PUBLISH_BATCH: usize = 256;
 
 /// How long a sidecar whose graph ended on its own lets its clients receive what is
 /// queued for them (on a shutdown, `[runtime] shutdown_timeout_ms` decides), and how long
@@ -197,33 +194,37 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
     ));
     announce(&name, Some(local));
 
-    let mut seq = 0u64;
-    let mut batch = Vec::with_capacity(PUBLISH_BATCH);
-    let result = loop {
-        tokio::select! {
-            more = cx.next_batch(PUBLISH_BATCH, &mut batch) => {
-                if !more {
-                    break Ok(());
-                }
-                // Everything ready, numbered and serialized once, then handed to every
-                // client in one go.
-                let n = batch.len() as u64;
-                // Stored first, so that no client can have seen a seq beyond it.
-                published.store(seq + n, Ordering::Release);
-                let frames = batch.drain(..).map(|signal| {
-                    seq += 1;
-                    hub::Frame::new(seq, signal)
-                });
-                hub.publish_all(frames);
-                cx.delivered(n);
-            },
-            ended = &mut server => {
-                // The server only ends when told to, or when its task fails.
-                break Err(match ended {
-                    Ok(()) => "server stopped".into(),
-                    Err(e) => format!("server task failed: {e}").into(),
-                });
-            }
+    // Signals are numbered, serialized once and handed to every client in the graph's
+    // own task as it routes them: publishing never waits for a client (a lossless sidecar
+    // cuts off one that falls behind), so there is no queue to wait on.
+    cx.deliver_inline({
+        let hub = Arc::clone(&hub);
+        let published = Arc::clone(&published);
+        let stats = Arc::clone(cx.stats());
+        let mut seq = 0u64;
+        move |batch| {
+            let n = batch.len() as u64;
+            // Stored first, so that no client can have seen a seq beyond it.
+            published.store(seq + n, Ordering::Release);
+            hub.publish_all(batch.drain(..).map(|signal| {
+                seq += 1;
+                hub::Frame::new(seq, signal)
+            }));
+            ComponentStats::add(&stats.sent, n);
+        }
+    });
+    let result = tokio::select! {
+        closed = cx.closed() => match closed {
+            Ok(()) => Ok(()),
+            // Contained and rebuilt as a panic of this task.
+            Err(panic) => std::panic::resume_unwind(Box::new(panic)),
+        },
+        ended = &mut server => {
+            // The server only ends when told to, or when its task fails.
+            Err(match ended {
+                Ok(()) => "server stopped".into(),
+                Err(e) => format!("server task failed: {e}").into(),
+            })
         }
     };
     announce(&name, None);
