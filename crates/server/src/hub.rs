@@ -66,16 +66,16 @@ impl Frame {
         let s = &*signal;
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(b"{\"id\":");
-        put(&mut out, &s.id);
+        put_str(&mut out, &s.id);
         out.extend_from_slice(b",\"type\":");
-        put(&mut out, &s.kind);
+        put_str(&mut out, &s.kind);
         out.extend_from_slice(b",\"timestamp\":");
         put(&mut out, &s.timestamp);
         out.extend_from_slice(b",\"source\":");
-        put(&mut out, &s.source);
+        put_str(&mut out, &s.source);
         if let Some(c) = &s.correlation_id {
             out.extend_from_slice(b",\"correlationId\":");
-            put(&mut out, c);
+            put_str(&mut out, c);
         }
         out.extend_from_slice(b",\"metadata\":");
         // Metadata kept as its text, without a `seq` of its own: the text with `seq` added
@@ -137,7 +137,7 @@ impl Frame {
                     out.extend_from_slice(b",\"ts\":");
                     put(&mut out, &self.timestamp);
                     out.extend_from_slice(b",\"event\":");
-                    put(&mut out, &*self.kind);
+                    put_str(&mut out, &self.kind);
                     out.extend_from_slice(b",\"data\":");
                     out.extend_from_slice(payload);
                     out.push(b'}');
@@ -159,6 +159,18 @@ pub fn lagged_text(resume_from: u64) -> Utf8Bytes {
 fn put(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
     // Signals hold only strings, integers and JSON values: writing to a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// Appends `text` as a JSON string: as it is between quotes when it needs no escape (ids,
+/// types and sources almost never do), else as `serde_json` escapes it.
+fn put_str(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        put(out, text);
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    }
 }
 
 fn to_text(json: Vec<u8>) -> Utf8Bytes {
@@ -742,6 +754,36 @@ mod tests {
             e,
             serde_json::json!({"kind":"event","seq":7,"ts":5,"event":"a.b","data":{"x":1}})
         );
+    }
+
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        for text in [
+            "plain",
+            "é ü → 日本",
+            "a\"b",
+            "back\\slash",
+            "line\nbreak",
+            "\u{1}\u{7f}",
+            "",
+        ] {
+            let mut signal = Signal::new(text, text, Default::default()).at(5);
+            signal.id = text.into();
+            signal.correlation_id = Some(text.into());
+            let f = Frame::new(1, Arc::new(signal));
+            let quoted = serde_json::to_string(text).unwrap();
+            let sajou = f.text(Format::Sajou);
+            assert!(
+                sajou.starts_with(&format!(
+                    "{{\"id\":{quoted},\"type\":{quoted},\"timestamp\":5,\"source\":{quoted},\"correlationId\":{quoted},"
+                )),
+                "{sajou}"
+            );
+            assert!(
+                f.text(Format::Escapement)
+                    .contains(&format!("\"event\":{quoted},"))
+            );
+        }
     }
 
     #[test]

@@ -22,6 +22,12 @@ pub fn next_id() -> String {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
+    next_id_at(now)
+}
+
+/// [`next_id`] with the clock already read (`now`, epoch milliseconds), for a caller that
+/// stamps the signal with the same reading.
+pub(crate) fn next_id_at(now: u64) -> String {
     let (ms, random) = {
         let mut g = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
         if now > g.last_ms {
@@ -58,7 +64,7 @@ fn encode(mut value: u128) -> String {
         value >>= 5;
     }
     // The alphabet is ASCII.
-    String::from_utf8_lossy(&out).into_owned()
+    out.iter().map(|&b| char::from(b)).collect()
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::id::next_id_at;
 use crate::payload::canonical_object_len;
 use crate::well_known::{self, ErrorPayload, Payload, Severity};
 use crate::{LazyObject, Object, Signal, next_id, now_ms, truncate};
@@ -183,14 +184,17 @@ impl Normalizer {
             rest,
         } = fields;
         let mut unknown = Object::new();
+        // One reading of the clock for the id and the timestamp that are made up.
+        let mut clock = None;
+        let mut now = || *clock.get_or_insert_with(now_ms);
         let id = match id {
             Some(Value::String(s)) if !s.is_empty() => s,
             Some(Value::Number(n)) => n.to_string(),
             Some(other) => {
                 unknown.insert("id".into(), other);
-                next_id()
+                next_id_at(now().max(0) as u64)
             }
-            None => next_id(),
+            None => next_id_at(now().max(0) as u64),
         };
         let timestamp = match timestamp {
             Some(Value::Number(n)) => match n.as_i64() {
@@ -199,9 +203,9 @@ impl Normalizer {
             },
             Some(other) => {
                 unknown.insert("timestamp".into(), other);
-                now_ms()
+                now()
             }
-            None => now_ms(),
+            None => now(),
         };
         let source = match source {
             Some(Value::String(s)) => s,
