@@ -10,7 +10,9 @@
 //!   after its last answer ended is closed. A request being answered (a long SSE stream
 //!   included) is never idle, and an upgraded WebSocket is no longer HTTP: neither is cut.
 //! - **Connection cap**: beyond `max_connections` open connections (WebSockets and
-//!   streams included), a new one is answered `503` and closed at once, and counted
+//!   streams included), a new one is answered `503` and closed (what it sent is read and
+//!   thrown away for up to half a second first, so that the close does not reset the
+//!   connection before the client reads the answer), and counted
 //!   (`too_many_connections`).
 //! - **Host and Origin** ([`Access`]): checked on every request before any route, so that
 //!   no endpoint can forget them; refusals are `403` and counted (`forbidden_host`,
@@ -156,6 +158,7 @@ pub async fn serve(
 ) {
     let config = Arc::new(config);
     let slots = Arc::new(Semaphore::new(config.limits.max_connections));
+    let lingering = Arc::new(Semaphore::new(LINGERING));
     let (stop_tx, stop_rx) = watch::channel(false);
     // Every connection task holds a clone: when all are gone, `recv` ends.
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
@@ -175,7 +178,19 @@ pub async fn serve(
         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
             config.stats.http_refused("too_many_connections");
             tracing::debug!(listener = %config.name, %peer, max = config.limits.max_connections, "refused a connection: too many open");
-            let _ = stream.try_write(TOO_MANY);
+            match Arc::clone(&lingering).try_acquire_owned() {
+                Ok(linger) => {
+                    tokio::spawn(async move {
+                        refuse_gently(stream).await;
+                        drop(linger);
+                    });
+                }
+                // A flood: closed at once (a client that already sent its request may
+                // see a reset instead of the 503).
+                Err(_) => {
+                    let _ = stream.try_write(TOO_MANY);
+                }
+            }
             continue;
         };
         // Frames and chunks go out as they come: with Nagle's algorithm a small write
@@ -197,6 +212,37 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     drop(alive_tx);
     let _ = alive_rx.recv().await;
+}
+
+/// Connections refused for the cap that may be closing gently at once.
+const LINGERING: usize = 64;
+
+/// How long a refused connection's unread request may keep it open.
+const LINGER: Duration = Duration::from_millis(500);
+
+/// The most of a refused connection's request that is read and thrown away.
+const LINGER_BYTES: usize = 64 * 1024;
+
+/// Answers a connection refused for the cap with `503`, then reads and throws away what
+/// the client sent (for at most [`LINGER`] and [`LINGER_BYTES`]) before closing: closing a
+/// socket with unread data resets the connection, and a reset can reach the client
+/// before the answer does.
+async fn refuse_gently(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if stream.write_all(TOO_MANY).await.is_err() || stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut buf = [0u8; 4096];
+    let mut read = 0;
+    let _ = tokio::time::timeout(LINGER, async {
+        while read < LINGER_BYTES {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    })
+    .await;
 }
 
 /// Which bound a quiet connection passed.
