@@ -162,48 +162,17 @@ impl Signal {
         self.metadata.as_ref().and_then(|m| m.get(key))
     }
 
-    /// Serializes the envelope to compact JSON.
+    /// Serializes the envelope to compact JSON (a payload or metadata kept as text is
+    /// copied as it is).
     pub fn to_json(&self) -> String {
         // A Signal holds only strings, integers and JSON values: serialization cannot fail.
-        let Some(payload) = self.payload.raw_json() else {
-            return serde_json::to_string(self).unwrap_or_default();
-        };
-        // The payload is the last field: the envelope without it, then its text (the same
-        // bytes as serializing its tree).
-        let head = Head {
-            id: &self.id,
-            kind: &self.kind,
-            timestamp: self.timestamp,
-            source: &self.source,
-            correlation_id: self.correlation_id.as_deref(),
-            metadata: self.metadata.as_ref(),
-        };
-        let mut out = serde_json::to_string(&head).unwrap_or_default();
-        out.pop();
-        out.push_str(",\"payload\":");
-        out.push_str(payload);
-        out.push('}');
-        out
+        serde_json::to_string(self).unwrap_or_default()
     }
 
     /// The envelope as a JSON value.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
-}
-
-/// A signal's envelope without its payload, serialized as [`Signal`] serializes it.
-#[derive(Serialize)]
-struct Head<'a> {
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'a str,
-    timestamp: i64,
-    source: &'a str,
-    #[serde(rename = "correlationId", skip_serializing_if = "Option::is_none")]
-    correlation_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    metadata: Option<&'a LazyObject>,
 }
 
 /// Current wall-clock time in epoch milliseconds.

@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::Object;
 
@@ -195,6 +196,13 @@ impl fmt::Debug for LazyObject {
 
 impl Serialize for LazyObject {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Kept text goes out as it is, without a tree (`serde_json` writes a `RawValue`'s
+        // text, and reads it into a `Value` for `to_value`): the same bytes as the tree's.
+        if let Some(raw) = self.raw.as_deref()
+            && let Ok(raw) = serde_json::from_str::<&RawValue>(raw)
+        {
+            return raw.serialize(serializer);
+        }
         self.tree().serialize(serializer)
     }
 }
@@ -539,6 +547,28 @@ mod tests {
         ] {
             assert!(!is_canonical_object(text), "{text}");
         }
+    }
+
+    #[test]
+    fn kept_text_is_serialized_as_it_is_without_a_tree() {
+        let text = r#"{"b":1,"a":[true,"x\n"],"c":{"d":-2.5}}"#;
+        let lazy = LazyObject::from_json(text).unwrap();
+        assert_eq!(serde_json::to_string(&lazy).unwrap(), text);
+        assert_eq!(
+            serde_json::to_value(&lazy).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
+        assert!(!lazy.is_parsed());
+        let mut signal = crate::Signal::new("x", "s", Object::new()).at(1);
+        signal.payload = LazyObject::from_json(text).unwrap();
+        signal.metadata = LazyObject::from_json(r#"{"t0":1}"#);
+        let json = signal.to_json();
+        assert!(
+            json.ends_with(&format!(r#","metadata":{{"t0":1}},"payload":{text}}}"#)),
+            "{json}"
+        );
+        assert!(!signal.payload.is_parsed());
+        assert!(!signal.metadata.as_ref().unwrap().is_parsed());
     }
 
     #[test]
