@@ -243,7 +243,9 @@ impl Normalizer {
                 p.into()
             }
         };
-        unknown.extend(rest);
+        if !rest.is_empty() {
+            unknown.extend(rest);
+        }
         if !unknown.is_empty() {
             metadata
                 .get_or_insert_with(LazyObject::new)

@@ -466,11 +466,23 @@ impl<'a> Scan<'a> {
             self.at += 1;
         }
         let token = &self.bytes[from..self.at];
-        // The usual case, an integer that fits 64 bits: canonical unless it has a leading
-        // zero or is `-0` (which serde_json reads as -0.0).
-        let digits = token.strip_prefix(b"-").unwrap_or(token);
-        if plain && (1..=18).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit) {
-            return digits[0] != b'0' || token == b"0";
+        // The usual case, an integer that fits 64 bits (serde_json keeps it as an integer
+        // and prints it back as it is): canonical unless it has a leading zero or is `-0`
+        // (which serde_json reads as -0.0).
+        let negative = token.first() == Some(&b'-');
+        let digits = if negative { &token[1..] } else { token };
+        if plain && (1..=20).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit) {
+            if digits[0] == b'0' {
+                return token == b"0";
+            }
+            let magnitude = digits.iter().try_fold(0u64, |n, d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            });
+            match magnitude {
+                Some(m) if !negative || m <= 1 << 63 => return true,
+                // Beyond 64 bits serde_json reads a float: checked below.
+                _ => {}
+            }
         }
         let Ok(number) = serde_json::from_slice::<serde_json::Number>(token) else {
             return false;
@@ -497,6 +509,12 @@ mod tests {
             r#"{"a":{}}"#,
             r#"{"z":1,"a":[],"m":[1,-2,3.5,1e300,-0.0,18446744073709551615,-9223372036854775808]}"#,
             r#"{"i":[0,-1,999999999999999999,1000000000000000000,-999999999999999999]}"#,
+            r#"{"i":[1764160000000000000,9999999999999999999,18446744073709551615]}"#,
+            r#"{"i":[-9223372036854775808,-1000000000000000000]}"#,
+            r#"{"i":[-9223372036854775809]}"#,
+            r#"{"i":[18446744073709551616]}"#,
+            r#"{"i":[99999999999999999999]}"#,
+            r#"{"i":[-99999999999999999999]}"#,
             r#"{"s":"é ü \" \\ \n \t \r \b \f / ~","n":null,"t":true,"f":false}"#,
             r#"{"nested":{"a":{"a":{"a":1}},"b":[{"a":1},{"a":2}]}}"#,
             r#"{"a":{"k":1},"b":{"k":1}}"#,

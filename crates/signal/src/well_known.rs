@@ -457,6 +457,8 @@ fn fits_text(fields: &[Field], raw: &str) -> bool {
         Kind::Str => value.starts_with('"'),
         Kind::Bool => value == "true" || value == "false",
         Kind::Obj => value.starts_with('{'),
+        // Digits alone are a whole number ≥ 0 (a float beyond 64 bits, still whole).
+        Kind::Count | Kind::Amount if value.bytes().all(|b| b.is_ascii_digit()) => true,
         _ => serde_json::from_str::<Value>(value).is_ok_and(|v| fits(kind, &v)),
     };
     // Which fields were seen (a spec has fewer than 64; keys are unique in canonical
