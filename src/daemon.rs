@@ -104,7 +104,16 @@ pub fn serve(daemon: Daemon) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let report = runtime.block_on(supervise(daemon));
+    // On a worker thread, with the tasks it trades signals with: handing a batch to the
+    // engine is then a task wake-up. On `block_on`'s own thread it was a third thread for
+    // two cores, woken through the kernel for every batch.
+    let report = match runtime.block_on(async { tokio::spawn(supervise(daemon)).await }) {
+        Ok(report) => report,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => anyhow::bail!("the graph's task ended: {e}"),
+        },
+    };
     // Sources may be blocked in reads (stdin) or writes (a stdout nobody reads) that
     // cannot be cancelled: do not wait for them.
     runtime.shutdown_background();
