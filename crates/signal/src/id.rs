@@ -64,7 +64,7 @@ fn encode(mut value: u128) -> String {
         value >>= 5;
     }
     // The alphabet is ASCII.
-    out.iter().map(|&b| char::from(b)).collect()
+    std::str::from_utf8(&out).unwrap_or_default().to_owned()
 }
 
 #[cfg(test)]
