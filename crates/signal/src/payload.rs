@@ -33,7 +33,8 @@ pub struct LazyObject {
     /// the object may have been changed (or when it was made from a tree).
     raw: Option<Box<str>>,
     /// The tree: set from the start when there is no text, built on first read otherwise.
-    tree: OnceLock<Object>,
+    /// Boxed, so that a signal (moved between tasks several times) stays small.
+    tree: OnceLock<Box<Object>>,
 }
 
 impl LazyObject {
@@ -41,7 +42,7 @@ impl LazyObject {
     pub fn new() -> Self {
         LazyObject {
             raw: None,
-            tree: OnceLock::from(Object::new()),
+            tree: OnceLock::from(Box::default()),
         }
     }
 
@@ -86,13 +87,14 @@ impl LazyObject {
     /// The object as a tree, built now if it was not.
     pub fn into_object(self) -> Object {
         match self.tree.into_inner() {
-            Some(tree) => tree,
+            Some(tree) => *tree,
             None => parse(self.raw.as_deref()),
         }
     }
 
     fn tree(&self) -> &Object {
-        self.tree.get_or_init(|| parse(self.raw.as_deref()))
+        self.tree
+            .get_or_init(|| Box::new(parse(self.raw.as_deref())))
     }
 }
 
@@ -121,10 +123,10 @@ impl DerefMut for LazyObject {
         if let Some(raw) = self.raw.take()
             && self.tree.get().is_none()
         {
-            self.tree = OnceLock::from(parse(Some(&raw)));
+            self.tree = OnceLock::from(Box::new(parse(Some(&raw))));
         }
         if self.tree.get().is_none() {
-            self.tree = OnceLock::from(Object::new());
+            self.tree = OnceLock::from(Box::default());
         }
         // Set just above when it was not.
         self.tree.get_mut().expect("the tree is set")
@@ -135,7 +137,7 @@ impl From<Object> for LazyObject {
     fn from(tree: Object) -> Self {
         LazyObject {
             raw: None,
-            tree: OnceLock::from(tree),
+            tree: OnceLock::from(Box::new(tree)),
         }
     }
 }
