@@ -700,6 +700,10 @@ mod tests {
                 slow.id.clear();
                 fast.id.clear();
             }
+            if text.contains(r#""timestamp":"soon""#) {
+                // The time of decoding, read twice: a millisecond may pass between.
+                slow.timestamp = fast.timestamp;
+            }
             assert_eq!(fast, slow, "{text}");
             assert_eq!(fast.to_json(), slow.to_json(), "{text}: key order");
             assert_eq!(fast_normalizer.last_timestamp(), fast.timestamp);

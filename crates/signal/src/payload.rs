@@ -442,6 +442,12 @@ impl<'a> Scan<'a> {
         }
         let from = self.at;
         loop {
+            // Skip a run of plain characters in one go.
+            let rest = &self.bytes[self.at..];
+            self.at += rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .unwrap_or(rest.len());
             match self.next()? {
                 b'"' => return Some((from, self.at - 1)),
                 b'\\' => match self.next()? {
