@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use midir::os::unix::{VirtualInput, VirtualOutput};
 use midir::{MidiInput, MidiInputConnection, MidiOutput, MidiOutputConnection};
-use patchbay_testkit::jack::{JackServer, wait_for};
+use patchbay_testkit::jack::{self, JackServer, wait_for};
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::Value;
 
@@ -93,6 +93,8 @@ struct Patchbay {
     child: Child,
     stdout: Receiver<Value>,
     log: Arc<Mutex<String>>,
+    /// The JACK server's name, for failure messages.
+    server: String,
 }
 
 impl Patchbay {
@@ -127,11 +129,25 @@ impl Patchbay {
                 log.push('\n');
             }
         });
-        Patchbay { child, stdout, log }
+        Patchbay {
+            child,
+            stdout,
+            log,
+            server: server.to_owned(),
+        }
     }
 
     fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// For failure messages: patchbay's log, the JACK server's log and its ports.
+    fn context(&self) -> String {
+        format!(
+            "patchbay's log:\n{}\n{}",
+            self.log(),
+            jack::diagnostics(&self.server)
+        )
     }
 
     /// Waits until the log contains `text` at least `times` times.
@@ -140,13 +156,13 @@ impl Patchbay {
             &format!("`{text}` ×{times} in patchbay's log"),
             GUARD,
             || (self.log().matches(text).count() >= times).then_some(()),
-            || format!("log:\n{}", self.log()),
+            || self.context(),
         );
     }
 
     fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("patchbay exited ({status}):\n{}", self.log());
+            panic!("patchbay exited ({status}):\n{}", self.context());
         }
     }
 
@@ -185,7 +201,7 @@ fn note_reaches_stdout(controller: &mut Controller, patchbay: &Patchbay, note: u
                 .ok()
                 .filter(|s| s["type"] == "midi.note_on" && s["payload"]["note"] == note)
         },
-        || format!("log:\n{}", patchbay.log()),
+        || patchbay.context(),
     )
 }
 
@@ -210,7 +226,8 @@ fn check_binary(server: &str) {
     );
     assert!(
         output.status.success() && stdout.contains("MIDI backend: jack"),
-        "`patchbay midi list` failed on a running JACK server:\n{stdout}\n{stderr}"
+        "`patchbay midi list` failed on a running JACK server:\n{stdout}\n{stderr}\n{}",
+        jack::diagnostics(server)
     );
 }
 
@@ -268,7 +285,7 @@ fn midi_through_patchbay_on_jack() {
                 .ok()
                 .filter(|b| b.as_slice() == [0x90, 40, 127])
         },
-        || format!("log:\n{}", patchbay.log()),
+        || patchbay.context(),
     );
     assert_eq!(led, [0x90, 40, 127]);
 

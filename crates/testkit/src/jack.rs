@@ -46,7 +46,7 @@ impl JackServer {
         let mut failures = String::new();
         for n in 0..4 {
             let name = format!("pb-{tag}-{n}");
-            let log = std::env::temp_dir().join(format!("{name}.jackd.log"));
+            let log = log_path(&name);
             let mut server = JackServer {
                 name,
                 period,
@@ -115,12 +115,7 @@ impl JackServer {
 
     /// The ports the server lists (`jack_lsp`), for failure messages.
     pub fn ports(&self) -> String {
-        Command::new("jack_lsp")
-            .env("JACK_DEFAULT_SERVER", &self.name)
-            .env("JACK_NO_START_SERVER", "1")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
+        ports_of(&self.name)
     }
 
     /// Starts jackd; on failure (the name is taken by a live server, …) returns its log.
@@ -192,6 +187,31 @@ impl Drop for JackServer {
         self.stop();
         let _ = std::fs::remove_file(&self.log);
     }
+}
+
+/// Where the server named `name` writes its log.
+fn log_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("{name}.jackd.log"))
+}
+
+/// The ports the server named `name` lists (`jack_lsp`).
+fn ports_of(name: &str) -> String {
+    Command::new("jack_lsp")
+        .env("JACK_DEFAULT_SERVER", name)
+        .env("JACK_NO_START_SERVER", "1")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// What the server named `name` (started by this process) says about itself, for failure
+/// messages: its log and the ports it lists.
+pub fn diagnostics(name: &str) -> String {
+    let log = std::fs::read_to_string(log_path(name)).unwrap_or_default();
+    format!(
+        "jackd `{name}` log:\n{log}\nports (jack_lsp):\n{}",
+        ports_of(name)
+    )
 }
 
 /// Removes the shared-memory files a server named `name` leaves when killed.
