@@ -439,8 +439,8 @@ impl OutputContext {
     /// tasks less per batch. Only for an output whose delivery never waits (a sidecar's
     /// hub: a client that falls behind is cut off or dropped from, never waited for);
     /// `sink` gets each batch in order and leaves the vector empty, and counts what it
-    /// delivers ([`delivered`](OutputContext::delivered)). The output's task then waits
-    /// with [`closed`](OutputContext::closed).
+    /// delivers in the output's `sent` counter (a clone of [`stats`](OutputContext::stats)
+    /// goes into it). The output's task then waits with [`closed`](OutputContext::closed).
     pub fn deliver_inline(&self, mut sink: impl FnMut(&mut Vec<SharedSignal>) + Send + 'static) {
         let stats = Arc::clone(&self.stats);
         self.queue.deliver_inline(Box::new(move |batch| {

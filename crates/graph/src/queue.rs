@@ -135,14 +135,15 @@ impl SignalQueue {
     /// [`pop`]: SignalQueue::pop
     pub fn deliver_inline(&self, sink: InlineSink) {
         let mut st = self.lock();
-        if self.closed.load(Ordering::Acquire) {
-            return;
-        }
         st.inline = Some(sink);
         let mut queued: Vec<SharedSignal> = st.items.drain(..).collect();
         if !queued.is_empty() {
             // A panic is reported by `closed`.
             let _ = st.hand_inline(&mut queued, &self.closed);
+        }
+        if self.closed.load(Ordering::Acquire) {
+            // Closed before: what was queued is delivered, nothing more comes.
+            st.inline = None;
         }
         drop(st);
         self.not_full.notify_one();
@@ -408,6 +409,20 @@ mod tests {
         q.deliver_inline(Box::new(Vec::clear));
         q.close();
         assert_eq!(q.closed().await, Ok(()));
+
+        // Closed before the consumer came: it still gets what was queued.
+        let q = SignalQueue::new(2, WhenFull::Block);
+        q.push(sig(1)).await;
+        q.close();
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&got);
+        q.deliver_inline(Box::new(move |batch| {
+            seen.lock()
+                .unwrap()
+                .extend(batch.drain(..).map(|s| s.timestamp));
+        }));
+        assert_eq!(q.closed().await, Ok(()));
+        assert_eq!(*got.lock().unwrap(), [1]);
     }
 
     #[tokio::test]
