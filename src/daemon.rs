@@ -105,8 +105,8 @@ pub fn serve(daemon: Daemon) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     // On a worker thread, with the tasks it trades signals with: handing a batch to the
-    // engine is then a task wake-up. On `block_on`'s own thread it was a third thread for
-    // two cores, woken through the kernel for every batch.
+    // engine is then a task wake-up (`block_on`'s own thread would be one thread more than
+    // the cores, woken through the kernel for every batch).
     let report = match runtime.block_on(async { tokio::spawn(supervise(daemon)).await }) {
         Ok(report) => report,
         Err(e) => match e.try_into_panic() {
