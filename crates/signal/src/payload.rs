@@ -32,17 +32,20 @@ pub struct LazyObject {
     /// The object's JSON text, exactly as `serde_json` would write the tree; `None` once
     /// the object may have been changed (or when it was made from a tree).
     raw: Option<Box<str>>,
-    /// The tree: set from the start when there is no text, built on first read otherwise.
-    /// Boxed, so that a signal (moved between tasks several times) stays small.
+    /// The tree: set from the start when made from one, built on first read otherwise
+    /// (from the text, or empty). Boxed, so that a signal (moved between tasks several
+    /// times) stays small.
     tree: OnceLock<Box<Object>>,
 }
 
 impl LazyObject {
     /// An empty object.
     pub fn new() -> Self {
+        // No text and no tree yet: reading builds the empty tree (an empty payload, the
+        // most common one, allocates nothing).
         LazyObject {
             raw: None,
-            tree: OnceLock::from(Box::default()),
+            tree: OnceLock::new(),
         }
     }
 
