@@ -61,20 +61,22 @@ struct State {
 }
 
 impl State {
-    /// Hands `batch` to the inline consumer, if there is one: `None` when there is none,
-    /// `Some(false)` when it panicked. The panic is caught here, in the pusher's task: the
-    /// consumer is dropped, the queue closes and [`SignalQueue::closed`] reports the panic
-    /// to the output's own task (the batch counts as lost).
-    fn hand_inline(&mut self, batch: &mut Vec<SharedSignal>, closed: &AtomicBool) -> Option<bool> {
-        let sink = self.inline.as_mut()?;
+    /// Hands `batch` to the inline consumer (there is none: nothing happens); `false`
+    /// when it panicked. The panic is caught here, in the pusher's task: the consumer is
+    /// dropped, the queue closes and [`SignalQueue::closed`] reports the panic to the
+    /// output's own task (the batch counts as lost).
+    fn hand_inline(&mut self, batch: &mut Vec<SharedSignal>, closed: &AtomicBool) -> bool {
+        let Some(sink) = self.inline.as_mut() else {
+            return true;
+        };
         let call = std::panic::AssertUnwindSafe(|| sink(batch));
         if let Err(panic) = std::panic::catch_unwind(call) {
             self.inline = None;
             self.failure = Some(crate::engine::panic_message(&*panic));
             closed.store(true, Ordering::Release);
-            return Some(false);
+            return false;
         }
-        Some(true)
+        true
     }
 }
 
@@ -139,7 +141,7 @@ impl SignalQueue {
         let mut queued: Vec<SharedSignal> = st.items.drain(..).collect();
         if !queued.is_empty() {
             // A panic is reported by `closed`.
-            let _ = st.hand_inline(&mut queued, &self.closed);
+            st.hand_inline(&mut queued, &self.closed);
         }
         if self.closed.load(Ordering::Acquire) {
             // Closed before: what was queued is delivered, nothing more comes.
@@ -179,7 +181,7 @@ impl SignalQueue {
                     return Pushed::Closed;
                 }
                 if st.inline.is_some() {
-                    if st.hand_inline(&mut vec![signal], &self.closed) == Some(false) {
+                    if !st.hand_inline(&mut vec![signal], &self.closed) {
                         drop(st);
                         self.not_empty.notify_one();
                         return Pushed::Closed;
@@ -223,20 +225,16 @@ impl SignalQueue {
                     drop(st);
                     return lost + signals.count() as u64;
                 }
-                let mut batch: Vec<SharedSignal> = Vec::new();
                 if st.inline.is_some() {
-                    batch.extend(signals.by_ref());
-                }
-                let n = batch.len() as u64;
-                match st.hand_inline(&mut batch, &self.closed) {
-                    Some(true) => return lost,
-                    Some(false) => {
+                    let mut batch: Vec<SharedSignal> = signals.collect();
+                    let n = batch.len() as u64;
+                    if !st.hand_inline(&mut batch, &self.closed) {
                         drop(st);
                         // Only a panic wakes the output's task (`closed`).
                         self.not_empty.notify_one();
                         return lost + n;
                     }
-                    None => {}
+                    return lost;
                 }
                 let items = &mut st.items;
                 let mut queued = false;

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use axum::extract::ws::Utf8Bytes;
 use patchbay_graph::ComponentStats;
+use patchbay_signal::payload::needs_escape;
 use patchbay_signal::{LazyObject, SharedSignal};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use tokio::sync::{Notify, watch};
@@ -164,7 +165,7 @@ fn put(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
 /// Appends `text` as a JSON string: as it is between quotes when it needs no escape (ids,
 /// types and sources almost never do), else as `serde_json` escapes it.
 fn put_str(out: &mut Vec<u8>, text: &str) {
-    if text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+    if text.bytes().any(needs_escape) {
         put(out, text);
     } else {
         out.push(b'"');

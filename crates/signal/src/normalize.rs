@@ -17,7 +17,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::id::next_id_at;
-use crate::payload::canonical_object_len;
+use crate::payload::{canonical_object_len, needs_escape};
 use crate::well_known::{self, ErrorPayload, Payload, Severity};
 use crate::{LazyObject, Object, Signal, next_id, now_ms, truncate};
 
@@ -347,9 +347,7 @@ fn plain_string(text: &str, at: usize) -> Option<(&str, usize)> {
         return None;
     }
     let from = at + 1;
-    let len = bytes[from..]
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+    let len = bytes[from..].iter().position(|&b| needs_escape(b))?;
     let to = from + len;
     // The quotes are ASCII: the span lies on character boundaries.
     (bytes[to] == b'"').then(|| (&text[from..to], to + 1))

@@ -250,6 +250,13 @@ pub fn is_canonical_object(text: &str) -> bool {
     canonical_object_len(text) == Some(text.len())
 }
 
+/// Whether the byte `b` cannot stand as it is inside a JSON string: a quote, a backslash
+/// or a control character. `serde_json` escapes exactly these, so a string without any is
+/// written as it is between quotes.
+pub fn needs_escape(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
 /// The length of the canonical object (see [`is_canonical_object`]) that `text` starts
 /// with, whatever follows it; `None` when `text` does not start with one.
 pub(crate) fn canonical_object_len(text: &str) -> Option<usize> {
@@ -449,7 +456,7 @@ impl<'a> Scan<'a> {
             let rest = &self.bytes[self.at..];
             self.at += rest
                 .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .position(|&b| needs_escape(b))
                 .unwrap_or(rest.len());
             match self.next()? {
                 b'"' => return Some((from, self.at - 1)),

@@ -620,6 +620,7 @@ pub fn repair(signal: &mut Signal) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object;
 
     #[test]
     fn counts_accept_integral_floats_only() {
@@ -629,7 +630,6 @@ mod tests {
         assert_eq!(as_count(&serde_json::json!(-1)), None);
         assert_eq!(as_count(&serde_json::json!("3")), None);
     }
-    use crate::object;
 
     #[test]
     fn typed_payloads_serialize_to_valid_payloads() {
