@@ -253,6 +253,7 @@ pub fn is_canonical_object(text: &str) -> bool {
 /// Whether the byte `b` cannot stand as it is inside a JSON string: a quote, a backslash
 /// or a control character. `serde_json` escapes exactly these, so a string without any is
 /// written as it is between quotes.
+#[inline] // per byte of every frame written: inlined across crates, without LTO
 pub fn needs_escape(b: u8) -> bool {
     b == b'"' || b == b'\\' || b < 0x20
 }
