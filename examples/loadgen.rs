@@ -21,7 +21,8 @@
 //!
 //! For each target and subscriber count it reports the delivered frames per second at full
 //! speed, the end-to-end latency percentiles (p50, p99, p999) at `--rate` signals per
-//! second, and the server's peak resident memory (VmHWM). patchbay runs as
+//! second, the server's peak resident memory (VmHWM) and the CPU time it spent per signal
+//! during the throughput run (user and system, from `/proc`). patchbay runs as
 //! `target/release/patchbay` with a sidecar fed by its own ingest; signals are sent on a
 //! WebSocket (`--via ws`, the default) or by HTTP POST (`--via post`). With `--rounds K`,
 //! every measurement runs K times (the relay, patchbay and Node-RED taking turns, each on a
@@ -314,6 +315,22 @@ impl Server {
         }
     }
 
+    /// CPU time the server has used so far (user and system), in seconds.
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
+        // Linux reports both in clock ticks of 1/100 s.
+        ticks(14)
+            .zip(ticks(15))
+            .map_or(0.0, |(u, s)| (u + s) / 100.0)
+    }
+
     /// Peak resident memory in MB.
     fn peak_mb(&self) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
@@ -526,12 +543,15 @@ struct Row {
     p99: f64,
     p999: f64,
     peak_mb: f64,
+    /// The server's CPU time per signal during the throughput run, in microseconds.
+    cpu_us: f64,
 }
 
 async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options) -> Row {
     server.ready().await;
     // Throughput: everything at full speed.
     let handles = subscribe(server.port, subs, o.signals).await;
+    let cpu_before = server.cpu_seconds();
     let sending = publish(
         server.port,
         server.publish_path,
@@ -546,6 +566,7 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
         delivered += h.await.unwrap().len();
     }
     let elapsed = sending.started.elapsed().as_secs_f64();
+    let cpu_us = (server.cpu_seconds() - cpu_before) * 1e6 / o.signals as f64;
     sending.close();
     // Latency: paced, a tenth of the signals, at least 2000 and at most 20 seconds' worth
     // (at `--rate`, the paced run takes its count divided by the rate in seconds).
@@ -573,6 +594,7 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
         p99: percentile(&latencies, 0.99),
         p999: percentile(&latencies, 0.999),
         peak_mb: server.peak_mb(),
+        cpu_us,
     }
 }
 
@@ -601,9 +623,9 @@ async fn main() {
         if o.via_post { "POST" } else { "WebSocket" }
     );
     println!(
-        "| target | subscribers | signals/s (each subscriber) | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB |"
+        "| target | subscribers | signals/s (each subscriber) | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB | server CPU µs/signal |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let node_red = o.node_red.clone().filter(|path| {
         let found = std::path::Path::new(path).exists();
         if !found {
@@ -651,16 +673,17 @@ async fn main() {
                 format!("{:.3}", median(|r| r.p99))
             };
             println!(
-                "| {target} | {subs} | {:.0} | {:.1}% | {:.3} | {p99} | {:.3} | {:.1} |",
+                "| {target} | {subs} | {:.0} | {:.1}% | {:.3} | {p99} | {:.3} | {:.1} | {:.2} |",
                 median(|r| r.throughput),
                 median(|r| r.delivered) * 100.0,
                 median(|r| r.p50),
                 median(|r| r.p999),
                 median(|r| r.peak_mb),
+                median(|r| r.cpu_us),
             );
         }
         for (target, ratio) in targets.iter().zip(&ratios).skip(1) {
-            println!("| {target} / relay | {subs} | {ratio:.2}× | | | | | |");
+            println!("| {target} / relay | {subs} | {ratio:.2}× | | | | | | |");
         }
     }
 }

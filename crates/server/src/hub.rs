@@ -51,8 +51,9 @@ impl Format {
 pub struct Frame {
     /// The per-output sequence number (1, 2, …).
     pub seq: u64,
-    /// The signal's type.
-    pub kind: Box<str>,
+    /// The signal's type: where it stands in `sajou`, or its own text when it needed
+    /// escapes there.
+    kind: Kind,
     timestamp: i64,
     sajou: Utf8Bytes,
     /// Where the payload's JSON starts in `sajou` (it is the last field, up to the closing
@@ -61,24 +62,41 @@ pub struct Frame {
     escapement: OnceLock<Utf8Bytes>,
 }
 
+/// Where a frame keeps its signal's type.
+#[derive(Debug)]
+enum Kind {
+    /// The byte range of the type in the sajou text (written there without escapes, the
+    /// usual case: no allocation of its own).
+    InText(u32, u32),
+    /// A type that was escaped in the sajou text.
+    Own(Box<str>),
+}
+
 impl Frame {
     /// Numbers a signal and serializes its sajou form (the envelope with `metadata.seq`).
     pub fn new(seq: u64, signal: SharedSignal) -> Frame {
         let s = &*signal;
-        let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(b"{\"id\":");
+        // Written as a `String` from text that is UTF-8 already, so that nothing is
+        // validated again; sized for the usual signal, so that it rarely grows.
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"id\":");
         put_str(&mut out, &s.id);
-        out.extend_from_slice(b",\"type\":");
-        put_str(&mut out, &s.kind);
-        out.extend_from_slice(b",\"timestamp\":");
-        put(&mut out, &s.timestamp);
-        out.extend_from_slice(b",\"source\":");
+        out.push_str(",\"type\":");
+        let kind_at = out.len() + 1;
+        let kind = if put_str(&mut out, &s.kind) {
+            Kind::InText(kind_at as u32, (kind_at + s.kind.len()) as u32)
+        } else {
+            Kind::Own(s.kind.as_str().into())
+        };
+        out.push_str(",\"timestamp\":");
+        put_int(&mut out, s.timestamp);
+        out.push_str(",\"source\":");
         put_str(&mut out, &s.source);
         if let Some(c) = &s.correlation_id {
-            out.extend_from_slice(b",\"correlationId\":");
+            out.push_str(",\"correlationId\":");
             put_str(&mut out, c);
         }
-        out.extend_from_slice(b",\"metadata\":");
+        out.push_str(",\"metadata\":");
         // Metadata kept as its text, without a `seq` of its own: the text with `seq` added
         // last, the same bytes as serializing its tree and `seq`.
         let kept = s.metadata.as_ref().and_then(|meta| {
@@ -87,13 +105,13 @@ impl Frame {
         });
         match kept {
             Some(raw) => {
-                out.extend_from_slice(&raw.as_bytes()[..raw.len() - 1]);
+                out.push_str(&raw[..raw.len() - 1]);
                 if raw.len() > 2 {
-                    out.push(b',');
+                    out.push(',');
                 }
-                out.extend_from_slice(b"\"seq\":");
-                put(&mut out, &seq);
-                out.push(b'}');
+                out.push_str("\"seq\":");
+                put_int(&mut out, seq);
+                out.push('}');
             }
             None => put(
                 &mut out,
@@ -103,22 +121,30 @@ impl Frame {
                 },
             ),
         }
-        out.extend_from_slice(b",\"payload\":");
+        out.push_str(",\"payload\":");
         let payload_at = out.len();
         // A payload that arrived as compact JSON and passed unread is copied as it came
         // (the same bytes as serializing its tree).
         match s.payload.raw_json() {
-            Some(raw) => out.extend_from_slice(raw.as_bytes()),
+            Some(raw) => out.push_str(raw),
             None => put(&mut out, &*s.payload),
         }
-        out.push(b'}');
+        out.push('}');
         Frame {
             seq,
-            kind: s.kind.as_str().into(),
+            kind,
             timestamp: s.timestamp,
             sajou: to_text(out),
             payload_at,
             escapement: OnceLock::new(),
+        }
+    }
+
+    /// The signal's type.
+    pub fn kind(&self) -> &str {
+        match &self.kind {
+            Kind::InText(from, to) => &self.sajou.as_str()[*from as usize..*to as usize],
+            Kind::Own(kind) => kind,
         }
     }
 
@@ -129,19 +155,21 @@ impl Frame {
             Format::Escapement => self
                 .escapement
                 .get_or_init(|| {
-                    // `{"kind":"event","seq","ts","event","data"}`, the payload's bytes
+                    // `{"kind":"event","seq","ts","event","data"}`, the payload's text
                     // taken from the sajou form.
-                    let payload = &self.sajou.as_bytes()[self.payload_at..self.sajou.len() - 1];
-                    let mut out = Vec::with_capacity(payload.len() + 64 + self.kind.len());
-                    out.extend_from_slice(b"{\"kind\":\"event\",\"seq\":");
-                    put(&mut out, &self.seq);
-                    out.extend_from_slice(b",\"ts\":");
-                    put(&mut out, &self.timestamp);
-                    out.extend_from_slice(b",\"event\":");
-                    put_str(&mut out, &self.kind);
-                    out.extend_from_slice(b",\"data\":");
-                    out.extend_from_slice(payload);
-                    out.push(b'}');
+                    let sajou = self.sajou.as_str();
+                    let payload = &sajou[self.payload_at..sajou.len() - 1];
+                    let kind = self.kind();
+                    let mut out = String::with_capacity(payload.len() + 64 + kind.len());
+                    out.push_str("{\"kind\":\"event\",\"seq\":");
+                    put_int(&mut out, self.seq);
+                    out.push_str(",\"ts\":");
+                    put_int(&mut out, self.timestamp);
+                    out.push_str(",\"event\":");
+                    put_str(&mut out, kind);
+                    out.push_str(",\"data\":");
+                    out.push_str(payload);
+                    out.push('}');
                     to_text(out)
                 })
                 .clone(),
@@ -156,27 +184,37 @@ pub fn lagged_text(resume_from: u64) -> Utf8Bytes {
     ))
 }
 
-/// Appends `value`'s compact JSON.
-fn put(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
-    // Signals hold only strings, integers and JSON values: writing to a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, value);
-}
-
-/// Appends `text` as a JSON string: as it is between quotes when it needs no escape (ids,
-/// types and sources almost never do), else as `serde_json` escapes it.
-fn put_str(out: &mut Vec<u8>, text: &str) {
-    if text.bytes().any(needs_escape) {
-        put(out, text);
-    } else {
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
+/// Appends `value`'s compact JSON (the rare parts that are trees).
+fn put(out: &mut String, value: &(impl Serialize + ?Sized)) {
+    // Signals hold only strings, integers and JSON values: serializing cannot fail.
+    if let Ok(json) = serde_json::to_string(value) {
+        out.push_str(&json);
     }
 }
 
-fn to_text(json: Vec<u8>) -> Utf8Bytes {
-    // serde_json writes UTF-8 only.
-    Utf8Bytes::from(String::from_utf8(json).unwrap_or_default())
+/// Appends an integer as JSON writes it.
+fn put_int(out: &mut String, n: impl itoa::Integer) {
+    out.push_str(itoa::Buffer::new().format(n));
+}
+
+/// Appends `text` as a JSON string: as it is between quotes when it needs no escape (ids,
+/// types and sources almost never do; then it returns `true`), else as `serde_json`
+/// escapes it.
+fn put_str(out: &mut String, text: &str) -> bool {
+    if text.bytes().any(needs_escape) {
+        put(out, text);
+        false
+    } else {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+        true
+    }
+}
+
+/// The shared bytes of a frame's text (the `String`'s buffer, not copied).
+fn to_text(json: String) -> Utf8Bytes {
+    Utf8Bytes::from(json)
 }
 
 struct MetaWithSeq<'a> {
@@ -322,7 +360,7 @@ impl Client {
             if st.cut.is_some() {
                 break;
             }
-            if !self.filter.matches(&frame.kind) {
+            if !self.filter.matches(frame.kind()) {
                 continue;
             }
             if st.queue.len() >= self.capacity {
@@ -581,7 +619,7 @@ impl Hub {
             Some(since) => inner
                 .ring
                 .iter()
-                .filter(|f| f.seq > since && filter.matches(&f.kind))
+                .filter(|f| f.seq > since && filter.matches(f.kind()))
                 .cloned()
                 .collect(),
             None => Vec::new(),
@@ -784,6 +822,8 @@ mod tests {
                 f.text(Format::Escapement)
                     .contains(&format!("\"event\":{quoted},"))
             );
+            // The type the hub filters on is the signal's, escaped in the text or not.
+            assert_eq!(f.kind(), text);
         }
     }
 

@@ -232,6 +232,8 @@ const MAX_DEPTH: usize = 64;
 /// Objects with more keys than this are left to the tree path (duplicate keys are looked
 /// for pairwise).
 const MAX_KEYS: usize = 64;
+/// Keys of one object kept on the stack for the duplicate check.
+const FEW_KEYS: usize = 16;
 
 /// Whether `text` is a JSON object written exactly as `serde_json` writes the object it
 /// parses to (with `preserve_order`): no whitespace between tokens, no repeated key in
@@ -264,7 +266,6 @@ pub(crate) fn canonical_object_len(text: &str) -> Option<usize> {
     let mut scan = Scan {
         bytes: text.as_bytes(),
         at: 0,
-        keys: Vec::new(),
         depth: 0,
     };
     (scan.peek() == Some(b'{') && scan.value()).then_some(scan.at)
@@ -344,8 +345,6 @@ fn value_end(bytes: &[u8], mut at: usize) -> usize {
 struct Scan<'a> {
     bytes: &'a [u8],
     at: usize,
-    /// The keys of the objects being read, innermost last.
-    keys: Vec<&'a [u8]>,
     depth: usize,
 }
 
@@ -406,16 +405,33 @@ impl<'a> Scan<'a> {
         if self.eat(b'}') {
             return true;
         }
-        let first = self.keys.len();
+        // The keys met so far, for the duplicate check: on the stack for the usual small
+        // object (no allocation), in a vector beyond.
+        let mut few: [&[u8]; FEW_KEYS] = [&[]; FEW_KEYS];
+        let mut many: Vec<&[u8]> = Vec::new();
+        let mut count = 0;
         loop {
             let Some((from, to)) = self.string() else {
                 return false;
             };
             let key = &self.bytes[from..to];
-            if self.keys.len() - first >= MAX_KEYS || self.keys[first..].contains(&key) {
+            let seen = if count <= FEW_KEYS {
+                &few[..count]
+            } else {
+                &many[..]
+            };
+            if count >= MAX_KEYS || seen.contains(&key) {
                 return false;
             }
-            self.keys.push(key);
+            if count < FEW_KEYS {
+                few[count] = key;
+            } else {
+                if count == FEW_KEYS {
+                    many.extend_from_slice(&few);
+                }
+                many.push(key);
+            }
+            count += 1;
             if !self.eat(b':') || !self.value() {
                 return false;
             }
@@ -425,7 +441,6 @@ impl<'a> Scan<'a> {
                 _ => return false,
             }
         }
-        self.keys.truncate(first);
         true
     }
 
@@ -520,6 +535,26 @@ impl<'a> Scan<'a> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn duplicate_keys_are_found_in_small_and_large_objects() {
+        let object = |keys: &[usize]| {
+            let fields: Vec<String> = keys.iter().map(|k| format!("\"k{k}\":{k}")).collect();
+            format!("{{{}}}", fields.join(","))
+        };
+        let distinct: Vec<usize> = (0..40).collect();
+        assert!(is_canonical_object(&object(&distinct[..3])));
+        assert!(is_canonical_object(&object(&distinct)));
+        for (len, repeated) in [(3, 1), (16, 0), (17, 15), (17, 16), (40, 2), (40, 30)] {
+            let mut keys = distinct[..len].to_vec();
+            keys.push(repeated);
+            assert!(!is_canonical_object(&object(&keys)), "{keys:?}");
+        }
+        // Keys of nested objects are their own.
+        assert!(is_canonical_object(
+            r#"{"a":{"a":{"a":1}},"b":[{"a":1},{"a":2}]}"#
+        ));
+    }
 
     #[test]
     fn canonical_text_is_what_serde_json_writes() {
