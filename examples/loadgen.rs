@@ -15,9 +15,11 @@
 //! The generator must not be the bottleneck: at full speed the signals are serialized
 //! before the clock starts and sent by `--senders` connections at once, each writing a
 //! batch of frames before one flush. patchbay runs `ui.inbound → when → sidecar`, lossless
-//! (`when_full = "block"`), with `client_queue = 65536` unless `--client-queue` says
-//! otherwise (`default` leaves the sidecar's default, 1024: a subscriber that falls that
-//! far behind a lossless sidecar is cut off, so use it to measure memory, not throughput).
+//! (`when_full = "block"`), with a `client_queue` that holds the whole run (at least 65 536,
+//! at most the sidecar's limit of 1 000 000), as the relay's channel does, unless
+//! `--client-queue` says otherwise (`default` leaves the sidecar's default, 1024: a
+//! subscriber that falls that far behind a lossless sidecar is cut off, so use it to
+//! measure memory, not throughput).
 //!
 //! For each target and subscriber count it reports the delivered frames per second at full
 //! speed, the end-to-end latency percentiles (p50, p99, p999) at `--rate` signals per
@@ -55,10 +57,31 @@ struct Options {
     /// Sender connections for the throughput run (each sends its share, pre-serialized,
     /// in batched writes), so that the generator is not the bottleneck.
     senders: usize,
-    /// The sidecar's `client_queue`; `None` leaves the default (1024).
-    client_queue: Option<usize>,
+    /// The sidecar's `client_queue`.
+    client_queue: ClientQueue,
     /// Node-RED's `red.js`; `None` leaves Node-RED out.
     node_red: Option<String>,
+}
+
+/// The sidecar's `client_queue` for patchbay's runs.
+enum ClientQueue {
+    /// Room for every signal of the run (as the relay's channel has).
+    WholeRun,
+    /// The sidecar's default (1024).
+    Default,
+    /// This many frames.
+    Exactly(usize),
+}
+
+impl ClientQueue {
+    /// The value to configure for a run of `signals`; `None` leaves the default.
+    fn size(&self, signals: usize) -> Option<usize> {
+        match self {
+            ClientQueue::WholeRun => Some(signals.clamp(65_536, 1_000_000)),
+            ClientQueue::Default => None,
+            ClientQueue::Exactly(n) => Some(*n),
+        }
+    }
 }
 
 fn options() -> Options {
@@ -70,7 +93,7 @@ fn options() -> Options {
         patchbay: "target/release/patchbay".into(),
         rounds: 1,
         senders: 4,
-        client_queue: Some(65536),
+        client_queue: ClientQueue::WholeRun,
         node_red: Some("target/node-red/node_modules/node-red/red.js".into()),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -92,8 +115,8 @@ fn options() -> Options {
             "--senders" => o.senders = value.parse::<usize>().expect("--senders N").max(1),
             "--client-queue" => {
                 o.client_queue = match value.as_str() {
-                    "default" => None,
-                    n => Some(n.parse().expect("--client-queue N|default")),
+                    "default" => ClientQueue::Default,
+                    n => ClientQueue::Exactly(n.parse().expect("--client-queue N|default")),
                 }
             }
             "--node-red" => o.node_red = (value != "none").then_some(value),
@@ -643,7 +666,7 @@ async fn main() {
             for (i, &target) in targets.iter().enumerate() {
                 let server = match target {
                     "relay" => Server::relay(o.signals.max(65536)),
-                    "patchbay" => Server::patchbay(&o.patchbay, o.client_queue),
+                    "patchbay" => Server::patchbay(&o.patchbay, o.client_queue.size(o.signals)),
                     _ => Server::node_red(node_red.as_deref().unwrap_or_default()),
                 };
                 rows[i].push(measure(&server, target, subs, &o).await);

@@ -12,6 +12,7 @@ use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{SharedSignal, Signal};
 use tokio::sync::{mpsc, watch};
 
+use crate::events::EventSender;
 use crate::queue::SignalQueue;
 use crate::telemetry::{ComponentStats, HealthState, Telemetry};
 
@@ -53,15 +54,6 @@ pub trait Output: Send {
     /// Runs the output. For outputs that talk both ways, what they receive goes into
     /// [`OutputContext::inbound`].
     fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>>;
-}
-
-/// What moves from sources to the graph task, by the source's slot (a number the
-/// runtime gives each running instance).
-#[derive(Debug)]
-pub(crate) enum Event {
-    Signal(usize, SharedSignal),
-    /// The source's task ended, after its last signal: how.
-    Ended(usize, Ending),
 }
 
 /// What a component's task tells the runtime about itself, by slot, apart from its
@@ -186,7 +178,7 @@ pub struct Emitted {
 pub struct SourceContext {
     node: usize,
     name: String,
-    tx: mpsc::Sender<Event>,
+    tx: EventSender,
     stats: Arc<ComponentStats>,
     shutdown: Shutdown,
     start: StartReport,
@@ -196,7 +188,7 @@ impl SourceContext {
     pub(crate) fn new(
         node: usize,
         name: String,
-        tx: mpsc::Sender<Event>,
+        tx: EventSender,
         stats: Arc<ComponentStats>,
         shutdown: Shutdown,
     ) -> Self {
@@ -236,10 +228,7 @@ impl SourceContext {
     /// Emits an already shared signal.
     pub async fn emit_shared(&self, signal: SharedSignal) -> Result<(), Closed> {
         ComponentStats::add(&self.stats.received, 1);
-        self.tx
-            .send(Event::Signal(self.node, signal))
-            .await
-            .map_err(|_| Closed)?;
+        self.tx.send(self.node, signal).await?;
         ComponentStats::add(&self.stats.sent, 1);
         Ok(())
     }
@@ -248,27 +237,13 @@ impl SourceContext {
     /// ingest that must answer its peer ("slow" and "stuck" are told apart). A refusal for
     /// a full graph is counted (`refused`).
     pub async fn emit_within(&self, signal: Signal, wait: Duration) -> Result<(), Refused> {
-        ComponentStats::add(&self.stats.received, 1);
-        let event = Event::Signal(self.node, Arc::new(signal));
-        let event = match self.tx.try_send(event) {
-            Ok(()) => {
-                ComponentStats::add(&self.stats.sent, 1);
-                return Ok(());
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(Refused::Closed),
-            Err(mpsc::error::TrySendError::Full(event)) => event,
-        };
-        match tokio::time::timeout(wait, self.tx.reserve()).await {
-            Ok(Ok(permit)) => {
-                permit.send(event);
-                ComponentStats::add(&self.stats.sent, 1);
-                Ok(())
-            }
-            Ok(Err(_)) => Err(Refused::Closed),
-            Err(_) => {
-                ComponentStats::add(&self.stats.refused, 1);
-                Err(Refused::Full)
-            }
+        match self
+            .emit_batch_within(&mut vec![signal], wait)
+            .await
+            .refused
+        {
+            Some(why) => Err(why),
+            None => Ok(()),
         }
     }
 
@@ -291,52 +266,9 @@ impl SourceContext {
     /// the accepted signals are taken from the front of `signals`, and the refused ones
     /// (if any) are left in it, in order, so that the caller can name them.
     pub async fn emit_batch_within(&self, signals: &mut Vec<Signal>, wait: Duration) -> Emitted {
-        let total = signals.len();
-        ComponentStats::add(&self.stats.received, total as u64);
-        // Drained in place, so that the caller's buffer keeps its capacity.
-        let mut pending = signals.drain(..);
-        let mut accepted = 0;
-        let refused = loop {
-            let left = total - accepted;
-            if left == 0 {
-                break None;
-            }
-            // All the room there is, in one go.
-            let room = left.min(self.tx.capacity());
-            if room > 0 {
-                match self.tx.try_reserve_many(room) {
-                    Ok(permits) => {
-                        for (permit, signal) in permits.zip(pending.by_ref()) {
-                            permit.send(Event::Signal(self.node, Arc::new(signal)));
-                        }
-                        accepted += room;
-                        continue;
-                    }
-                    Err(mpsc::error::TrySendError::Closed(())) => break Some(Refused::Closed),
-                    // Taken meanwhile by another source.
-                    Err(mpsc::error::TrySendError::Full(())) => {}
-                }
-            }
-            // No room: wait at most `wait` for some.
-            let permit = match self.tx.try_reserve() {
-                Ok(permit) => permit,
-                Err(mpsc::error::TrySendError::Closed(())) => break Some(Refused::Closed),
-                Err(mpsc::error::TrySendError::Full(())) => {
-                    match tokio::time::timeout(wait, self.tx.reserve()).await {
-                        Ok(Ok(permit)) => permit,
-                        Ok(Err(_)) => break Some(Refused::Closed),
-                        Err(_) => break Some(Refused::Full),
-                    }
-                }
-            };
-            if let Some(signal) = pending.next() {
-                permit.send(Event::Signal(self.node, Arc::new(signal)));
-                accepted += 1;
-            }
-        };
+        ComponentStats::add(&self.stats.received, signals.len() as u64);
+        let (accepted, refused) = self.tx.send_within(self.node, signals, Some(wait)).await;
         ComponentStats::add(&self.stats.sent, accepted as u64);
-        let rest: Vec<Signal> = pending.collect();
-        signals.extend(rest);
         if refused == Some(Refused::Full) {
             ComponentStats::add(&self.stats.refused, signals.len() as u64);
         }
@@ -348,7 +280,7 @@ impl SourceContext {
     /// was queued.
     pub fn try_emit(&self, signal: Signal) -> bool {
         ComponentStats::add(&self.stats.received, 1);
-        match self.tx.try_send(Event::Signal(self.node, Arc::new(signal))) {
+        match self.tx.try_send(self.node, signal) {
             Ok(()) => {
                 ComponentStats::add(&self.stats.sent, 1);
                 true
@@ -360,21 +292,45 @@ impl SourceContext {
         }
     }
 
+    /// Emits `signals` in order, waiting while the graph's inbound queue is full (as
+    /// [`emit`](SourceContext::emit) does); whatever room there is is taken at once, so
+    /// that a burst is one hand-over. The signals are taken from `signals`.
+    pub async fn emit_batch(&self, signals: &mut Vec<Signal>) -> Result<(), Closed> {
+        ComponentStats::add(&self.stats.received, signals.len() as u64);
+        let (sent, refused) = self.tx.send_within(self.node, signals, None).await;
+        ComponentStats::add(&self.stats.sent, sent as u64);
+        match refused {
+            None => Ok(()),
+            Some(_) => Err(Closed),
+        }
+    }
+
     /// Emits a decoder's outcome, counting bad input (whose `error` signal is emitted too).
     pub async fn emit_decoded(&self, decoded: Decoded) -> Result<(), Closed> {
-        match decoded {
-            Decoded::Signal(s) => self.emit(s).await,
-            Decoded::BadInput(s) => {
-                let reason = s
-                    .payload
-                    .get("message")
-                    .and_then(|m| m.as_str())
-                    .unwrap_or("bad input")
-                    .to_owned();
-                self.stats.bad_input(reason);
-                self.emit(s).await
-            }
+        self.emit(self.counted(decoded)).await
+    }
+
+    /// Emits decoders' outcomes in order, as one batch (see
+    /// [`emit_batch`](SourceContext::emit_batch)), counting bad input.
+    pub async fn emit_all_decoded(
+        &self,
+        decoded: impl IntoIterator<Item = Decoded>,
+    ) -> Result<(), Closed> {
+        let mut signals: Vec<Signal> = decoded.into_iter().map(|d| self.counted(d)).collect();
+        self.emit_batch(&mut signals).await
+    }
+
+    /// A decoder's outcome as the signal to emit, bad input counted.
+    fn counted(&self, decoded: Decoded) -> Signal {
+        if let Decoded::BadInput(s) = &decoded {
+            let reason = s
+                .payload
+                .get("message")
+                .and_then(|m| m.as_str())
+                .unwrap_or("bad input");
+            self.stats.bad_input(reason.to_owned());
         }
+        decoded.into_signal()
     }
 
     /// The source's counters and health.

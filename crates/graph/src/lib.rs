@@ -15,6 +15,7 @@ pub mod config;
 pub mod descriptor;
 pub mod embed;
 pub mod engine;
+mod events;
 pub mod filter;
 pub mod link_ends;
 pub mod probe;

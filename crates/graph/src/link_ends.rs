@@ -84,10 +84,7 @@ impl<'a> LinkEnds<'a> {
             out.clear();
             return Ok(());
         };
-        for decoded in out.drain(..) {
-            cx.emit_decoded(decoded).await?;
-        }
-        Ok(())
+        cx.emit_all_decoded(out.drain(..)).await
     }
 
     /// Gives up: every end `Failed` with `why`. An output still takes what the graph
@@ -113,16 +110,16 @@ mod tests {
     use std::sync::Arc;
 
     use patchbay_signal::{Object, Signal};
-    use tokio::sync::mpsc;
 
     use super::*;
-    use crate::component::{Event, Shutdown};
+    use crate::component::Shutdown;
+    use crate::events::{self, Event, EventReceiver};
     use crate::queue::{SignalQueue, WhenFull};
     use crate::telemetry::{ComponentStats, Role, Telemetry};
 
     /// An output `agent` with its `agent.inbound` side, as the runtime builds them.
-    fn two_way() -> (OutputContext, mpsc::Receiver<Event>) {
-        let (tx, rx) = mpsc::channel(8);
+    fn two_way() -> (OutputContext, EventReceiver) {
+        let (tx, rx) = events::channel(8);
         let inbound = SourceContext::new(
             1,
             "agent.inbound".into(),
@@ -167,8 +164,7 @@ mod tests {
             .await
             .expect("open");
         assert!(out.is_empty());
-        assert!(matches!(rx.try_recv(), Ok(Event::Signal(1, _))));
-        assert!(matches!(rx.try_recv(), Ok(Event::Signal(1, _))));
+        assert!(matches!(rx.try_recv(), Some(Event::Signals(1, s)) if s.len() == 2));
 
         let without_inbound = LinkEnds {
             signals_in: None,
@@ -177,6 +173,6 @@ mod tests {
         let mut out = vec![signal()];
         without_inbound.emit_all(&mut out).await.expect("dropped");
         assert!(out.is_empty());
-        assert!(rx.try_recv().is_err());
+        assert!(rx.try_recv().is_none());
     }
 }

@@ -432,6 +432,8 @@ async fn ws_session(
                 // one hand-over; control flow is decided after that, in order.
                 let mut next = incoming;
                 let mut end = None;
+                // Frames read together arrived together: one clock reading for them.
+                normalizer.start_batch();
                 for taken in 1..=INGEST_BATCH {
                     match next {
                         None | Some(Ok(Message::Close(_))) => end = Some(Ended::Closed),
@@ -459,6 +461,7 @@ async fn ws_session(
                         None => break,
                     }
                 }
+                normalizer.end_batch();
                 if ingest.flush(&state, &mut tx).await.is_err() {
                     break;
                 }

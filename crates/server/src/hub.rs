@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use axum::extract::ws::Utf8Bytes;
 use patchbay_graph::ComponentStats;
-use patchbay_signal::payload::needs_escape;
+use patchbay_signal::payload::plain_len;
 use patchbay_signal::{LazyObject, SharedSignal};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use tokio::sync::{Notify, watch};
@@ -201,7 +201,7 @@ fn put_int(out: &mut String, n: impl itoa::Integer) {
 /// types and sources almost never do; then it returns `true`), else as `serde_json`
 /// escapes it.
 fn put_str(out: &mut String, text: &str) -> bool {
-    if text.bytes().any(needs_escape) {
+    if plain_len(text.as_bytes()) < text.len() {
         put(out, text);
         false
     } else {

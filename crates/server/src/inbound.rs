@@ -134,14 +134,18 @@ pub fn body_to_signals(normalizer: &mut Normalizer, body: &[u8]) -> Result<Vec<S
         return ui_frame_to_signal(normalizer, text).map(|s| vec![s]);
     }
     let items: Vec<&RawValue> = serde_json::from_str(text).map_err(not_json)?;
-    items
+    // The elements arrived together: one clock reading for them.
+    normalizer.start_batch();
+    let signals = items
         .iter()
         .enumerate()
         .map(|(i, item)| {
             ui_frame_to_signal(normalizer, item.get())
                 .map_err(|BadFrame(m)| BadFrame(format!("[{i}]: {m}")))
         })
-        .collect()
+        .collect();
+    normalizer.end_batch();
+    signals
 }
 
 fn json_kind(v: &Value) -> &'static str {

@@ -17,9 +17,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::id::next_id_at;
-use crate::payload::{canonical_object_len, needs_escape};
+use crate::payload::{canonical_object_len, plain_len};
 use crate::well_known::{self, ErrorPayload, Payload, Severity};
-use crate::{LazyObject, Object, Signal, next_id, now_ms, truncate};
+use crate::{LazyObject, Object, Signal, now_ms, truncate};
 
 /// How much of a bad frame is kept in `metadata.raw`.
 pub const RAW_KEEP: usize = 512;
@@ -53,6 +53,11 @@ impl Decoded {
 pub struct Normalizer {
     source: String,
     last_timestamp: i64,
+    /// The clock reading made-up ids and timestamps get: per signal, or shared by a batch
+    /// (see [`Normalizer::start_batch`]).
+    clock: Option<i64>,
+    /// A batch is being decoded: the reading is kept until it ends.
+    batch: bool,
 }
 
 impl Normalizer {
@@ -61,7 +66,31 @@ impl Normalizer {
         Normalizer {
             source: source.into(),
             last_timestamp: 0,
+            clock: None,
+            batch: false,
         }
+    }
+
+    /// Lets the signals decoded from now until [`end_batch`](Normalizer::end_batch) share
+    /// one reading of the clock (taken when the first of them needs it) for the ids and
+    /// timestamps they are given: for input that arrived at once (every frame one read
+    /// from a socket gave, a POSTed array), so that the clock is read once per batch, not
+    /// once per signal.
+    pub fn start_batch(&mut self) {
+        self.batch = true;
+        self.clock = None;
+    }
+
+    /// Ends a batch: each signal gets its own reading of the clock again.
+    pub fn end_batch(&mut self) {
+        self.batch = false;
+        self.clock = None;
+    }
+
+    /// The clock reading for the signal being made (see
+    /// [`start_batch`](Normalizer::start_batch)).
+    fn now(&mut self) -> i64 {
+        *self.clock.get_or_insert_with(now_ms)
     }
 
     /// The source name given to signals that have none.
@@ -139,11 +168,15 @@ impl Normalizer {
         self.last_timestamp
     }
 
-    fn event(&self, payload: Object) -> Signal {
+    fn event(&mut self, payload: Object) -> Signal {
+        if !self.batch {
+            self.clock = None;
+        }
+        let now = self.now();
         Signal {
-            id: next_id(),
+            id: next_id_at(now.max(0) as u64),
             kind: "event".into(),
-            timestamp: now_ms(),
+            timestamp: now,
             source: self.source.clone(),
             correlation_id: None,
             metadata: None,
@@ -151,7 +184,7 @@ impl Normalizer {
         }
     }
 
-    fn envelope(&self, mut obj: Object) -> Signal {
+    fn envelope(&mut self, mut obj: Object) -> Signal {
         // `shift_remove` keeps the order of the fields left over (they go to
         // `metadata.unknown` as the producer wrote them).
         let fields = Fields {
@@ -172,7 +205,7 @@ impl Normalizer {
 
     /// The signal of an envelope's fields: missing ones filled, misfits kept under
     /// `metadata.unknown`, the payload of a well-known type repaired.
-    fn build(&self, fields: Fields) -> Signal {
+    fn build(&mut self, fields: Fields) -> Signal {
         let Fields {
             kind,
             id,
@@ -184,9 +217,12 @@ impl Normalizer {
             rest,
         } = fields;
         let mut unknown = Object::new();
-        // One reading of the clock for the id and the timestamp that are made up.
-        let mut clock = None;
-        let mut now = || *clock.get_or_insert_with(now_ms);
+        // One reading of the clock for the id and the timestamp that are made up (or one
+        // for the batch).
+        if !self.batch {
+            self.clock = None;
+        }
+        let mut now = || self.now();
         let id = match id {
             Some(Value::String(s)) if !s.is_empty() => s,
             Some(Value::Number(n)) => n.to_string(),
@@ -347,10 +383,9 @@ fn plain_string(text: &str, at: usize) -> Option<(&str, usize)> {
         return None;
     }
     let from = at + 1;
-    let len = bytes[from..].iter().position(|&b| needs_escape(b))?;
-    let to = from + len;
+    let to = from + plain_len(&bytes[from..]);
     // The quotes are ASCII: the span lies on character boundaries.
-    (bytes[to] == b'"').then(|| (&text[from..to], to + 1))
+    (bytes.get(to) == Some(&b'"')).then(|| (&text[from..to], to + 1))
 }
 
 /// The integer that starts at `at`, written as `serde_json` reads it into an `i64` (no
@@ -673,6 +708,31 @@ mod tests {
         assert_eq!(bad.payload["severity"], "warning");
         assert_eq!(bad.meta("raw").unwrap(), "garbage");
         patchbay_testkit::assert_schema_valid(&bad.to_value());
+    }
+
+    #[test]
+    fn a_batch_shares_one_clock_reading_and_ids_stay_unique() {
+        let mut n = n();
+        n.start_batch();
+        let texts = [
+            r#"{"type":"a"}"#,
+            r#"{"type":"b","payload":{"k":1}}"#,
+            r#"{"not":"an envelope"}"#,
+            r#"{"type":"c","timestamp":7}"#,
+        ];
+        let signals: Vec<Signal> = texts
+            .iter()
+            .map(|t| n.decode_text(t).unwrap().into_signal())
+            .collect();
+        n.end_batch();
+        let made_up = [&signals[0], &signals[1], &signals[2]];
+        assert!(made_up.iter().all(|s| s.timestamp == signals[0].timestamp));
+        assert_eq!(signals[3].timestamp, 7);
+        let ids: Vec<&str> = signals.iter().map(|s| s.id.as_str()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        // Out of a batch each signal reads the clock: never earlier than the batch's.
+        let later = n.decode_text(r#"{"type":"d"}"#).unwrap().into_signal();
+        assert!(later.timestamp >= signals[0].timestamp);
     }
 
     #[test]

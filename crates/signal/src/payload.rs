@@ -78,8 +78,13 @@ impl LazyObject {
     /// `None` when no text is kept.
     pub fn raw_has_key(&self, key: &str) -> Option<bool> {
         let raw = self.raw.as_deref()?;
-        // `fields_of_canonical` reports `false` when the visit stopped: at `key`.
-        Some(!fields_of_canonical(raw, |k, _| k != key))
+        // A key that appears nowhere as `"key":` is not there (the usual answer, found
+        // without walking the fields); else `fields_of_canonical` reports `false` when
+        // the visit stopped: at `key` at the top level.
+        let quoted = raw
+            .match_indices(key)
+            .any(|(at, _)| raw[..at].ends_with('"') && raw[at + key.len()..].starts_with("\":"));
+        Some(quoted && !fields_of_canonical(raw, |k, _| k != key))
     }
 
     /// Whether the tree has been built (for tests and measurements).
@@ -255,9 +260,42 @@ pub fn is_canonical_object(text: &str) -> bool {
 /// Whether the byte `b` cannot stand as it is inside a JSON string: a quote, a backslash
 /// or a control character. `serde_json` escapes exactly these, so a string without any is
 /// written as it is between quotes.
-#[inline] // per byte of every frame written: inlined across crates, without LTO
+#[inline]
 pub fn needs_escape(b: u8) -> bool {
     b == b'"' || b == b'\\' || b < 0x20
+}
+
+/// How many bytes at the start of `bytes` need no escape in a JSON string (see
+/// [`needs_escape`]): the run a reader skips at once. Eight bytes are looked at in one step
+/// (the strings of signals are mostly plain, and every byte of every frame goes through
+/// here).
+#[inline]
+pub fn plain_len(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // The classic zero-byte test, `(x - 0x01…) & !x & 0x80…`, flags the first byte that
+    // is zero exactly (a borrow can only flag bytes after it): zero in `quote` is a `"`,
+    // in `backslash` a `\`, and `w` below 0x20 per byte is a control character.
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let backslash = w ^ (ONES * u64::from(b'\\'));
+        let found = ((quote.wrapping_sub(ONES) & !quote)
+            | (backslash.wrapping_sub(ONES) & !backslash)
+            | (w.wrapping_sub(ONES * 0x20) & !w))
+            & HIGH;
+        if found != 0 {
+            return at + (found.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at + bytes[at..]
+        .iter()
+        .position(|&b| needs_escape(b))
+        .unwrap_or(bytes.len() - at)
 }
 
 /// The length of the canonical object (see [`is_canonical_object`]) that `text` starts
@@ -315,10 +353,12 @@ pub(crate) fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) 
 /// Where the string whose content starts at `from` ends (the index of its closing quote).
 fn string_end(bytes: &[u8], mut at: usize) -> usize {
     while at < bytes.len() {
-        match bytes[at] {
-            b'"' => return at,
-            b'\\' => at += 2,
-            _ => at += 1,
+        at += plain_len(&bytes[at..]);
+        match bytes.get(at) {
+            Some(b'"') | None => return at,
+            Some(b'\\') => at += 2,
+            // A control character does not occur in canonical text; passed over.
+            Some(_) => at += 1,
         }
     }
     at
@@ -469,11 +509,7 @@ impl<'a> Scan<'a> {
         let from = self.at;
         loop {
             // Skip a run of plain characters in one go.
-            let rest = &self.bytes[self.at..];
-            self.at += rest
-                .iter()
-                .position(|&b| needs_escape(b))
-                .unwrap_or(rest.len());
+            self.at += plain_len(&self.bytes[self.at..]);
             match self.next()? {
                 b'"' => return Some((from, self.at - 1)),
                 b'\\' => match self.next()? {
@@ -489,34 +525,45 @@ impl<'a> Scan<'a> {
 
     /// A number token, canonical when `serde_json` prints the number it parses to the same.
     fn number(&mut self) -> bool {
+        let bytes = self.bytes;
         let from = self.at;
-        let mut plain = true;
-        while let Some(b) = self.peek() {
-            match b {
-                b'0'..=b'9' | b'-' => {}
-                b'+' | b'.' | b'e' | b'E' => plain = false,
-                _ => break,
-            }
-            self.at += 1;
+        let negative = bytes[from] == b'-';
+        let digits_from = from + usize::from(negative);
+        let mut end = digits_from
+            + bytes[digits_from..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count();
+        let integer =
+            end > digits_from && !matches!(bytes.get(end), Some(b'-' | b'+' | b'.' | b'e' | b'E'));
+        if !integer {
+            // The rest of a float (or of no number): the tree path's check below.
+            end += bytes[end..]
+                .iter()
+                .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                .count();
         }
-        let token = &self.bytes[from..self.at];
+        self.at = end;
+        let token = &bytes[from..end];
+        let digits = &bytes[digits_from..end];
         // The usual case, an integer that fits 64 bits (serde_json keeps it as an integer
         // and prints it back as it is): canonical unless it has a leading zero or is `-0`
         // (which serde_json reads as -0.0).
-        let negative = token.first() == Some(&b'-');
-        let digits = if negative { &token[1..] } else { token };
-        if plain && (1..=20).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit) {
+        if integer {
             if digits[0] == b'0' {
                 return token == b"0";
             }
-            let magnitude = digits.iter().try_fold(0u64, |n, d| {
-                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-            });
-            match magnitude {
-                Some(m) if !negative || m <= 1 << 63 => return true,
-                // Beyond 64 bits serde_json reads a float: checked below.
-                _ => {}
+            // Within 64 bits (`u64::MAX`, or `-2^63`), compared as digits: without a
+            // leading zero, fewer digits is smaller, and as many compare as text.
+            let limit: &[u8] = if negative {
+                b"9223372036854775808"
+            } else {
+                b"18446744073709551615"
+            };
+            if digits.len() < limit.len() || (digits.len() == limit.len() && digits <= limit) {
+                return true;
             }
+            // Beyond 64 bits serde_json reads a float: checked below.
         }
         let Ok(number) = serde_json::from_slice::<serde_json::Number>(token) else {
             return false;
@@ -535,6 +582,53 @@ impl<'a> Scan<'a> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn plain_len_stops_at_the_first_byte_that_needs_an_escape() {
+        let naive = |b: &[u8]| b.iter().position(|&c| needs_escape(c)).unwrap_or(b.len());
+        // Every stop byte at every position of strings of several lengths, after plain
+        // ASCII and multi-byte text (bytes ≥ 0x80 never stop), and with a second stop
+        // byte after the first.
+        let fillers: [&[u8]; 3] = [
+            b"abcdefghijklmnopqrstuvwxyz0123456789",
+            "é日本→ü".as_bytes(),
+            b"\x7f ~!#$%&'()*+,-./:;<=>?@[]^_`{|}",
+        ];
+        for filler in fillers {
+            for len in 0..filler.len() {
+                let base = &filler[..len];
+                assert_eq!(plain_len(base), naive(base));
+                for at in 0..len {
+                    for stop in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+                        let mut text = base.to_vec();
+                        text[at] = stop;
+                        assert_eq!(plain_len(&text), at, "{text:?}");
+                        if at + 3 < len {
+                            text[at + 3] = b'"';
+                            assert_eq!(plain_len(&text), at, "{text:?}");
+                        }
+                    }
+                }
+            }
+        }
+        // Bytes around the thresholds.
+        for b in 0..=255u8 {
+            let text = [b'a', b'b', b'c', b'd', b'e', b'f', b'g', b, b'h'];
+            assert_eq!(plain_len(&text), naive(&text), "{b}");
+        }
+    }
+
+    #[test]
+    fn raw_has_key_sees_top_level_keys_only() {
+        let has = |text: &str| LazyObject::from_json(text).unwrap().raw_has_key("seq");
+        assert_eq!(has(r#"{"seq":1}"#), Some(true));
+        assert_eq!(has(r#"{"a":{"seq":1},"seq":2}"#), Some(true));
+        assert_eq!(has(r#"{"a":{"seq":1}}"#), Some(false));
+        assert_eq!(has(r#"{"a":"\"seq\":1","b":["seq"]}"#), Some(false));
+        assert_eq!(has(r#"{"sequence":1,"xseq":2}"#), Some(false));
+        assert_eq!(has(r#"{}"#), Some(false));
+        assert_eq!(LazyObject::new().raw_has_key("seq"), None);
+    }
 
     #[test]
     fn duplicate_keys_are_found_in_small_and_large_objects() {
@@ -569,6 +663,10 @@ mod tests {
             r#"{"i":[18446744073709551616]}"#,
             r#"{"i":[99999999999999999999]}"#,
             r#"{"i":[-99999999999999999999]}"#,
+            r#"{"i":[18446744073709551614,10000000000000000000,9223372036854775807]}"#,
+            r#"{"i":[19999999999999999999]}"#,
+            r#"{"i":[-9223372036854775807,-1000000000000000000]}"#,
+            r#"{"i":[-9300000000000000000]}"#,
             r#"{"s":"é ü \" \\ \n \t \r \b \f / ~","n":null,"t":true,"f":false}"#,
             r#"{"nested":{"a":{"a":{"a":1}},"b":[{"a":1},{"a":2}]}}"#,
             r#"{"a":{"k":1},"b":{"k":1}}"#,

@@ -14,9 +14,10 @@ use super::task::{Predecessor, TaskEnds, component_task};
 use super::{Notice, Reload, RunReport, inputs_of, stats_for};
 use crate::compile::{Graph, Node, NodeKind};
 use crate::component::{
-    Deadline, Ending, Event, Life, OutputContext, Shutdown, SourceContext, StartReport,
+    Deadline, Ending, Life, OutputContext, Shutdown, SourceContext, StartReport,
 };
 use crate::engine::Engine;
+use crate::events::{self, Event, EventReceiver, EventSender};
 use crate::queue::SignalQueue;
 use crate::telemetry::{ComponentStats, HealthState, Telemetry};
 
@@ -118,8 +119,8 @@ pub(super) struct Running {
     stopping: bool,
     timeout: Duration,
     queue_size: usize,
-    pub(super) rx: mpsc::Receiver<Event>,
-    tx: mpsc::Sender<Event>,
+    pub(super) rx: EventReceiver,
+    tx: EventSender,
     pub(super) life_rx: mpsc::UnboundedReceiver<Life>,
     life: mpsc::UnboundedSender<Life>,
     notices: Option<mpsc::UnboundedSender<Notice>>,
@@ -134,7 +135,7 @@ impl Running {
         graph: Graph,
         notices: Option<mpsc::UnboundedSender<Notice>>,
     ) -> Running {
-        let (tx, rx) = mpsc::channel::<Event>(graph.runtime.queue.max(1));
+        let (tx, rx) = events::channel(graph.runtime.queue);
         let (life, life_rx) = mpsc::unbounded_channel();
         let mut running = Running {
             engine: Engine::new(&[], Vec::new()),
@@ -203,16 +204,26 @@ impl Running {
         let now = now_ms();
         for event in events.drain(..) {
             match event {
-                Event::Signal(slot, signal) => match self.slots[slot].target {
-                    Target::Node(n) | Target::Replaced(n) | Target::Retired(n) => {
-                        let pending = &mut self.pending;
-                        self.engine
-                            .push(n, signal, now, &mut |o, s| pending.push((o, s)));
+                Event::Signal(slot, signal) => self.push(slot, signal, now),
+                Event::Signals(slot, signals) => {
+                    for signal in signals {
+                        self.push(slot, signal, now);
                     }
-                    Target::Gone => {}
-                },
+                }
                 Event::Ended(slot, ending) => self.task_ended(slot, ending),
             }
+        }
+    }
+
+    /// Moves one signal of the source in `slot` through the engine.
+    fn push(&mut self, slot: usize, signal: SharedSignal, now: i64) {
+        match self.slots[slot].target {
+            Target::Node(n) | Target::Replaced(n) | Target::Retired(n) => {
+                let pending = &mut self.pending;
+                self.engine
+                    .push(n, signal, now, &mut |o, s| pending.push((o, s)));
+            }
+            Target::Gone => {}
         }
     }
 
@@ -766,7 +777,7 @@ impl Running {
     /// on its own).
     pub(super) async fn finish(mut self, stopping: Option<tokio::time::Instant>) -> RunReport {
         let mut events = Vec::new();
-        while let Ok(event) = self.rx.try_recv() {
+        while let Some(event) = self.rx.try_recv() {
             events.push(event);
         }
         self.on_events(&mut events);

@@ -11,8 +11,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
-use crate::component::{BoxFuture, ComponentError, Ending, Event, Life};
+use crate::component::{BoxFuture, ComponentError, Ending, Life};
 use crate::engine::panic_message;
+use crate::events::EventSender;
 use crate::telemetry::{ComponentStats, HealthState};
 
 /// Polls a component's future inside `catch_unwind`: a panic in a component ends its
@@ -61,7 +62,7 @@ pub(super) struct TaskEnds {
     pub(super) stats: Arc<ComponentStats>,
     pub(super) life: mpsc::UnboundedSender<Life>,
     /// For a source: where its end goes, after its last signal.
-    pub(super) events: Option<mpsc::Sender<Event>>,
+    pub(super) events: Option<EventSender>,
     /// Set when the task has ended.
     pub(super) done: watch::Sender<bool>,
     /// The instance this one replaces (a reload rebuilt it): it must be gone first (its
@@ -130,7 +131,7 @@ pub(super) async fn component_task(
             // order; the end report is then not needed.
             Some(events) => {
                 report.ending = Some(ending.clone());
-                if events.send(Event::Ended(ends.slot, ending)).await.is_ok() {
+                if events.ended(ends.slot, ending) {
                     report.ending = None;
                 }
             }

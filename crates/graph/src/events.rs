@@ -1,0 +1,271 @@
+//! The graph's inbound queue: what sources send to the engine, bounded by signals.
+//!
+//! A source hands over a whole batch as one message (one push, at most one wake-up of
+//! the engine) while the bound still counts signals: a sender takes room for each signal
+//! before it sends, and the engine gives the room back as it takes them. The end of a
+//! source's task travels the same queue, after its last signal, without taking room.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use patchbay_signal::{SharedSignal, Signal};
+use tokio::sync::{Semaphore, TryAcquireError, mpsc};
+
+use crate::component::{Closed, Ending, Refused};
+
+/// What moves from sources to the graph task, by the source's slot (a number the
+/// runtime gives each running instance).
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// One signal.
+    Signal(usize, SharedSignal),
+    /// Several signals of one source, in order.
+    Signals(usize, Vec<SharedSignal>),
+    /// The source's task ended, after its last signal: how.
+    Ended(usize, Ending),
+}
+
+impl Event {
+    /// How many signals it carries (the room it holds in the queue).
+    fn signals(&self) -> usize {
+        match self {
+            Event::Signal(..) => 1,
+            Event::Signals(_, signals) => signals.len(),
+            Event::Ended(..) => 0,
+        }
+    }
+}
+
+/// A queue for `capacity` signals (at least 1).
+pub(crate) fn channel(capacity: usize) -> (EventSender, EventReceiver) {
+    // Room is taken in `u32` steps: a larger queue would never fill anyway.
+    let capacity = capacity.clamp(1, u32::MAX as usize);
+    let room = Arc::new(Semaphore::new(capacity));
+    let (tx, rx) = mpsc::unbounded_channel();
+    (
+        EventSender {
+            room: Arc::clone(&room),
+            tx,
+        },
+        EventReceiver { room, rx },
+    )
+}
+
+/// The sending end, one clone per source.
+#[derive(Debug, Clone)]
+pub(crate) struct EventSender {
+    /// Room left, in signals.
+    room: Arc<Semaphore>,
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+impl EventSender {
+    /// Sends one signal, waiting for room.
+    pub(crate) async fn send(&self, node: usize, signal: SharedSignal) -> Result<(), Closed> {
+        self.room.acquire().await.map_err(|_| Closed)?.forget();
+        self.tx
+            .send(Event::Signal(node, signal))
+            .map_err(|_| Closed)
+    }
+
+    /// Sends one signal if there is room now (else it is dropped).
+    pub(crate) fn try_send(&self, node: usize, signal: Signal) -> Result<(), Refused> {
+        match self.room.try_acquire() {
+            Ok(permit) => permit.forget(),
+            Err(TryAcquireError::NoPermits) => return Err(Refused::Full),
+            Err(TryAcquireError::Closed) => return Err(Refused::Closed),
+        }
+        self.tx
+            .send(Event::Signal(node, Arc::new(signal)))
+            .map_err(|_| Refused::Closed)
+    }
+
+    /// Sends the front of `signals`, in order, taking all the room there is at once and
+    /// then waiting (at most `wait`, when given) for each signal that finds none. The signals sent are
+    /// removed from `signals`; the rest stay, in order. Returns how many were sent and why
+    /// the rest were not, if any.
+    pub(crate) async fn send_within(
+        &self,
+        node: usize,
+        signals: &mut Vec<Signal>,
+        wait: Option<Duration>,
+    ) -> (usize, Option<Refused>) {
+        let mut sent = 0;
+        let refused = loop {
+            if signals.is_empty() {
+                break None;
+            }
+            // All the room there is, in one message.
+            let room = signals.len().min(self.room.available_permits());
+            let taken = match self.room.try_acquire_many(room as u32) {
+                Ok(permit) if room > 0 => {
+                    permit.forget();
+                    room
+                }
+                Err(TryAcquireError::Closed) => break Some(Refused::Closed),
+                // None left, or taken meanwhile by another source: wait for one.
+                _ => {
+                    let room = match wait {
+                        Some(wait) => tokio::time::timeout(wait, self.room.acquire()).await,
+                        None => Ok(self.room.acquire().await),
+                    };
+                    match room {
+                        Ok(Ok(permit)) => {
+                            permit.forget();
+                            1
+                        }
+                        Ok(Err(_)) => break Some(Refused::Closed),
+                        Err(_) => break Some(Refused::Full),
+                    }
+                }
+            };
+            let event = if taken == 1 {
+                Event::Signal(node, Arc::new(signals.remove(0)))
+            } else {
+                Event::Signals(node, signals.drain(..taken).map(Arc::new).collect())
+            };
+            if let Err(unsent) = self.tx.send(event) {
+                // The engine is gone: the signals go back, refused.
+                signals.splice(0..0, unshare(unsent.0));
+                break Some(Refused::Closed);
+            }
+            sent += taken;
+        };
+        (sent, refused)
+    }
+
+    /// Sends the end of a source's task (after its last signal); `false` when the engine
+    /// is gone.
+    pub(crate) fn ended(&self, slot: usize, ending: Ending) -> bool {
+        self.tx.send(Event::Ended(slot, ending)).is_ok()
+    }
+}
+
+/// The signals of an event that was not sent (the only holder of each).
+fn unshare(event: Event) -> Vec<Signal> {
+    let own = |s: SharedSignal| Arc::try_unwrap(s).unwrap_or_else(|s| (*s).clone());
+    match event {
+        Event::Signal(_, s) => vec![own(s)],
+        Event::Signals(_, signals) => signals.into_iter().map(own).collect(),
+        Event::Ended(..) => Vec::new(),
+    }
+}
+
+/// The engine's end.
+#[derive(Debug)]
+pub(crate) struct EventReceiver {
+    room: Arc<Semaphore>,
+    rx: mpsc::UnboundedReceiver<Event>,
+}
+
+impl EventReceiver {
+    /// Waits for events and appends every one ready (at most `limit`); 0 when every
+    /// sender is gone.
+    pub(crate) async fn recv_many(&mut self, events: &mut Vec<Event>, limit: usize) -> usize {
+        let from = events.len();
+        let n = self.rx.recv_many(events, limit).await;
+        let signals = events[from..].iter().map(Event::signals).sum();
+        self.room.add_permits(signals);
+        n
+    }
+
+    /// The next event if one is ready.
+    pub(crate) fn try_recv(&mut self) -> Option<Event> {
+        let event = self.rx.try_recv().ok()?;
+        self.room.add_permits(event.signals());
+        Some(event)
+    }
+}
+
+impl Drop for EventReceiver {
+    fn drop(&mut self) {
+        // Senders waiting for room learn that the graph is gone.
+        self.room.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use patchbay_signal::Object;
+
+    use super::*;
+
+    fn signals(n: usize) -> Vec<Signal> {
+        (0..n)
+            .map(|i| Signal::new(format!("s{i}"), "test", Object::new()))
+            .collect()
+    }
+
+    fn names(signals: &[Signal]) -> Vec<&str> {
+        signals.iter().map(|s| s.kind.as_str()).collect()
+    }
+
+    fn kinds(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .flat_map(|e| match e {
+                Event::Signal(_, s) => vec![s.kind.clone()],
+                Event::Signals(_, s) => s.iter().map(|s| s.kind.clone()).collect(),
+                Event::Ended(..) => vec!["end".into()],
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_takes_the_room_there_is_in_one_message_and_waits_for_the_rest() {
+        let (tx, mut rx) = channel(3);
+        let mut batch = signals(5);
+        let wait = Some(Duration::from_millis(10));
+        let (sent, refused) = tx.send_within(1, &mut batch, wait).await;
+        // Three fit, in one message; no room came back for the other two.
+        assert_eq!((sent, refused), (3, Some(Refused::Full)));
+        assert_eq!(names(&batch), ["s3", "s4"]);
+        let mut events = Vec::new();
+        assert_eq!(rx.recv_many(&mut events, 16).await, 1);
+        assert_eq!(kinds(&events), ["s0", "s1", "s2"]);
+        // Taking them gave the room back.
+        let (sent, refused) = tx.send_within(1, &mut batch, wait).await;
+        assert_eq!((sent, refused), (2, None));
+        assert!(batch.is_empty());
+        assert!(tx.ended(1, Ending::Finished));
+        events.clear();
+        rx.recv_many(&mut events, 16).await;
+        assert_eq!(kinds(&events), ["s3", "s4", "end"]);
+    }
+
+    #[tokio::test]
+    async fn a_sender_waiting_for_room_gets_it_when_the_engine_takes_signals() {
+        let (tx, mut rx) = channel(1);
+        assert!(tx.try_send(1, signals(1).remove(0)).is_ok());
+        let full = tx.try_send(1, signals(1).remove(0));
+        assert_eq!(full, Err(Refused::Full));
+        let waiting = tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                let mut batch = signals(2);
+                tx.send_within(1, &mut batch, None).await
+            }
+        });
+        let mut events = Vec::new();
+        let mut seen = 0;
+        while seen < 3 {
+            rx.recv_many(&mut events, 16).await;
+            seen = kinds(&events).len();
+        }
+        assert_eq!(waiting.await.unwrap(), (2, None));
+        assert_eq!(kinds(&events), ["s0", "s0", "s1"]);
+    }
+
+    #[tokio::test]
+    async fn when_the_engine_is_gone_nothing_is_taken_and_everything_is_given_back() {
+        let (tx, rx) = channel(4);
+        drop(rx);
+        let mut batch = signals(3);
+        let (sent, refused) = tx.send_within(1, &mut batch, None).await;
+        assert_eq!((sent, refused), (0, Some(Refused::Closed)));
+        assert_eq!(names(&batch), ["s0", "s1", "s2"]);
+        assert_eq!(tx.try_send(1, signals(1).remove(0)), Err(Refused::Closed));
+        assert!(tx.send(1, Arc::new(signals(1).remove(0))).await.is_err());
+        assert!(!tx.ended(1, Ending::Finished));
+    }
+}
