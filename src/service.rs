@@ -75,6 +75,9 @@ RestartPreventExitStatus=78
 KillSignal=SIGTERM
 TimeoutStopSec=30
 Environment=PATCHBAY_LOG=info
+# No transparent huge pages for the allocator, even where the system gives them to every
+# process: zeroing them as the heap follows bursts costs more than they save.
+Environment=MIMALLOC_ALLOW_THP=0
 
 [Install]
 WantedBy=default.target

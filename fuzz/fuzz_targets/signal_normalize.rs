@@ -1,9 +1,11 @@
 //! The generic envelope reader: each line through `Normalizer::decode_text` (and
 //! `decode_line`, which also reads sajou scenario lines), the fast envelope path
 //! `envelope_from_str`, and `from_value` on whatever JSON the line holds; an envelope
-//! read by `envelope_from_str` must be the signal `from_value` makes of it.
+//! read by `envelope_from_str` must be the signal `from_value` makes of it, and text kept
+//! as canonical (`LazyObject::from_json`) must be exactly what `serde_json` writes for it.
 #![no_main]
 
+use patchbay_signal::LazyObject;
 use patchbay_signal::decode::decode_line;
 use patchbay_signal::normalize::Normalizer;
 
@@ -16,6 +18,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         }
         if let Some(decoded) = decode_line(&mut normalizer, line) {
             patchbay_fuzz::check_decoded(&[decoded]);
+        }
+        if LazyObject::from_json(line).is_some() {
+            let tree: serde_json::Value = serde_json::from_str(line).expect("canonical is JSON");
+            assert_eq!(serde_json::to_string(&tree).unwrap(), line);
         }
         let fast = normalizer.envelope_from_str(line);
         if let Some(signal) = &fast {
