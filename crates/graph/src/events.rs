@@ -90,13 +90,19 @@ impl EventSender {
         signals: &mut Vec<Signal>,
         wait: Option<Duration>,
     ) -> (usize, Option<Refused>) {
+        let total = signals.len();
+        // Drained in order (never shifted from the front: a POSTed array can be long),
+        // and what is left goes back at the end.
+        let mut pending = signals.drain(..);
+        let mut given_back = Vec::new();
         let mut sent = 0;
         let refused = loop {
-            if signals.is_empty() {
+            let left = total - sent;
+            if left == 0 {
                 break None;
             }
             // All the room there is, in one message.
-            let room = signals.len().min(self.room.available_permits());
+            let room = left.min(self.room.available_permits());
             let taken = match self.room.try_acquire_many(room as u32) {
                 Ok(permit) if room > 0 => {
                     permit.forget();
@@ -119,18 +125,22 @@ impl EventSender {
                     }
                 }
             };
-            let event = if taken == 1 {
-                Event::Signal(node, Arc::new(signals.remove(0)))
-            } else {
-                Event::Signals(node, signals.drain(..taken).map(Arc::new).collect())
+            let event = match taken {
+                1 => match pending.next() {
+                    Some(signal) => Event::Signal(node, Arc::new(signal)),
+                    None => break None,
+                },
+                _ => Event::Signals(node, pending.by_ref().take(taken).map(Arc::new).collect()),
             };
             if let Err(unsent) = self.tx.send(event) {
                 // The engine is gone: the signals go back, refused.
-                signals.splice(0..0, unshare(unsent.0));
+                given_back = unshare(unsent.0);
                 break Some(Refused::Closed);
             }
             sent += taken;
         };
+        let rest: Vec<Signal> = pending.collect();
+        signals.extend(given_back.into_iter().chain(rest));
         (sent, refused)
     }
 
@@ -254,6 +264,23 @@ mod tests {
         }
         assert_eq!(waiting.await.unwrap(), (2, None));
         assert_eq!(kinds(&events), ["s0", "s0", "s1"]);
+    }
+
+    #[tokio::test]
+    async fn a_long_batch_through_a_small_queue_arrives_whole_and_in_order() {
+        let (tx, mut rx) = channel(4);
+        let engine = tokio::spawn(async move {
+            let mut events = Vec::new();
+            while rx.recv_many(&mut events, 8).await > 0 {}
+            kinds(&events)
+        });
+        let mut batch = signals(20_000);
+        assert_eq!(tx.send_within(1, &mut batch, None).await, (20_000, None));
+        assert!(batch.is_empty());
+        drop(tx);
+        let arrived = engine.await.unwrap();
+        let expected: Vec<String> = (0..20_000).map(|i| format!("s{i}")).collect();
+        assert_eq!(arrived, expected);
     }
 
     #[tokio::test]
