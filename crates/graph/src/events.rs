@@ -81,9 +81,9 @@ impl EventSender {
     }
 
     /// Sends the front of `signals`, in order, taking all the room there is at once and
-    /// then waiting (at most `wait`, when given) for each signal that finds none. The signals sent are
-    /// removed from `signals`; the rest stay, in order. Returns how many were sent and why
-    /// the rest were not, if any.
+    /// then waiting (at most `wait`, when given) for each signal that finds none. The
+    /// signals sent are removed from `signals`; the rest stay, in order. Returns how many
+    /// were sent and why the rest were not, if any.
     pub(crate) async fn send_within(
         &self,
         node: usize,

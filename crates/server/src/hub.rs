@@ -83,10 +83,13 @@ impl Frame {
         put_str(&mut out, &s.id);
         out.push_str(",\"type\":");
         let kind_at = out.len() + 1;
-        let kind = if put_str(&mut out, &s.kind) {
-            Kind::InText(kind_at as u32, (kind_at + s.kind.len()) as u32)
-        } else {
-            Kind::Own(s.kind.as_str().into())
+        let plain = put_str(&mut out, &s.kind);
+        let kind = match (
+            u32::try_from(kind_at),
+            u32::try_from(kind_at + s.kind.len()),
+        ) {
+            (Ok(from), Ok(to)) if plain => Kind::InText(from, to),
+            _ => Kind::Own(s.kind.as_str().into()),
         };
         out.push_str(",\"timestamp\":");
         put_int(&mut out, s.timestamp);

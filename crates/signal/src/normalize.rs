@@ -87,6 +87,13 @@ impl Normalizer {
         self.clock = None;
     }
 
+    /// Starts a new signal: it reads the clock afresh, unless a batch shares one reading.
+    fn next_signal(&mut self) {
+        if !self.batch {
+            self.clock = None;
+        }
+    }
+
     /// The clock reading for the signal being made (see
     /// [`start_batch`](Normalizer::start_batch)).
     fn now(&mut self) -> i64 {
@@ -169,9 +176,7 @@ impl Normalizer {
     }
 
     fn event(&mut self, payload: Object) -> Signal {
-        if !self.batch {
-            self.clock = None;
-        }
+        self.next_signal();
         let now = self.now();
         Signal {
             id: next_id_at(now.max(0) as u64),
@@ -219,9 +224,7 @@ impl Normalizer {
         let mut unknown = Object::new();
         // One reading of the clock for the id and the timestamp that are made up (or one
         // for the batch).
-        if !self.batch {
-            self.clock = None;
-        }
+        self.next_signal();
         let mut now = || self.now();
         let id = match id {
             Some(Value::String(s)) if !s.is_empty() => s,
