@@ -363,9 +363,9 @@ async fn ws_session(
 ) {
     let (mut tx, mut rx) = socket.split();
     let format = sub.client.format;
-    let mut normalizer = Normalizer::new(state.source_name());
     let mut ready = Vec::with_capacity(WRITE_BATCH);
     let mut ingest = Ingest {
+        normalizer: Normalizer::new(state.source_name()),
         signals: Vec::new(),
         peer,
         binary_noted: false,
@@ -433,16 +433,16 @@ async fn ws_session(
                 let mut next = incoming;
                 let mut end = None;
                 // Frames read together arrived together: one clock reading for them.
-                normalizer.start_batch();
+                ingest.normalizer.start_batch();
                 for taken in 1..=INGEST_BATCH {
                     match next {
                         None | Some(Ok(Message::Close(_))) => end = Some(Ended::Closed),
                         Some(Ok(Message::Text(text))) => {
-                            end = ingest.frame(&state, &mut normalizer, &text, &mut tx).await.err();
+                            end = ingest.frame(&state, &text, &mut tx).await.err();
                         }
                         Some(Ok(Message::Binary(bytes))) => {
                             end = match std::str::from_utf8(&bytes) {
-                                Ok(text) => ingest.frame(&state, &mut normalizer, text, &mut tx).await,
+                                Ok(text) => ingest.frame(&state, text, &mut tx).await,
                                 Err(_) => {
                                     ingest.binary_violation(&state);
                                     ingest.refuse(&state, "binary frame is not UTF-8 JSON", &mut tx).await
@@ -461,7 +461,7 @@ async fn ws_session(
                         None => break,
                     }
                 }
-                normalizer.end_batch();
+                ingest.normalizer.end_batch();
                 if ingest.flush(&state, &mut tx).await.is_err() {
                     break;
                 }
@@ -512,6 +512,8 @@ impl From<axum::Error> for Ended {
 /// The signals a UI sent, gathered from every frame ready on its socket and handed to the
 /// graph at once.
 struct Ingest {
+    /// Frames to signals; one clock reading per batch of frames read together.
+    normalizer: Normalizer,
     signals: Vec<patchbay_signal::Signal>,
     /// The client, for the log line of a violation.
     peer: SocketAddr,
@@ -535,17 +537,11 @@ impl Ingest {
     }
 
     /// A frame a UI sent: kept for the graph (from `NAME.inbound`), or an error frame back.
-    async fn frame(
-        &mut self,
-        state: &AppState,
-        normalizer: &mut Normalizer,
-        text: &str,
-        tx: &mut WsSink,
-    ) -> Result<(), Ended> {
+    async fn frame(&mut self, state: &AppState, text: &str, tx: &mut WsSink) -> Result<(), Ended> {
         if state.inbound.is_none() {
             return self.refuse(state, "this sidecar takes no input", tx).await;
         }
-        match ui_frame_to_signal(normalizer, text) {
+        match ui_frame_to_signal(&mut self.normalizer, text) {
             Ok(signal) => {
                 self.signals.push(signal);
                 Ok(())
@@ -559,6 +555,9 @@ impl Ingest {
     async fn refuse(&mut self, state: &AppState, why: &str, tx: &mut WsSink) -> Result<(), Ended> {
         self.flush(state, tx).await?;
         refuse(state, why, tx).await?;
+        // The answer may have waited on the socket: the frames read after it get a clock
+        // reading of their own.
+        self.normalizer.start_batch();
         Ok(())
     }
 
