@@ -187,11 +187,27 @@ pub fn lagged_text(resume_from: u64) -> Utf8Bytes {
     ))
 }
 
-/// Appends `value`'s compact JSON (the rare parts that are trees).
+/// Appends `value`'s compact JSON (the parts of a signal that are trees), written straight
+/// into `out`.
 fn put(out: &mut String, value: &(impl Serialize + ?Sized)) {
     // Signals hold only strings, integers and JSON values: serializing cannot fail.
-    if let Ok(json) = serde_json::to_string(value) {
-        out.push_str(&json);
+    let _ = serde_json::to_writer(TextWriter(out), value);
+}
+
+/// An `io::Write` that appends to a `String`. `serde_json` writes whole `str`s (string
+/// fragments cut at ASCII escapes, numbers, punctuation), so each write is checked as
+/// UTF-8 on its own, and only the parts written this way are checked at all.
+struct TextWriter<'a>(&'a mut String);
+
+impl std::io::Write for TextWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = std::str::from_utf8(buf).map_err(std::io::Error::other)?;
+        self.0.push_str(text);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -807,11 +823,14 @@ mod tests {
             "back\\slash",
             "line\nbreak",
             "\u{1}\u{7f}",
+            "é\"日本\n→",
             "",
         ] {
-            let mut signal = Signal::new(text, text, Default::default()).at(5);
+            // Payload and metadata built as trees: written by serde_json into the frame.
+            let mut signal = Signal::new(text, text, object! { text => text }).at(5);
             signal.id = text.into();
             signal.correlation_id = Some(text.into());
+            signal.metadata = Some(object! { text => text }.into());
             let f = Frame::new(1, Arc::new(signal));
             let quoted = serde_json::to_string(text).unwrap();
             let sajou = f.text(Format::Sajou);
@@ -824,6 +843,12 @@ mod tests {
             assert!(
                 f.text(Format::Escapement)
                     .contains(&format!("\"event\":{quoted},"))
+            );
+            assert!(
+                sajou.ends_with(&format!(
+                    "\"metadata\":{{{quoted}:{quoted},\"seq\":1}},\"payload\":{{{quoted}:{quoted}}}}}"
+                )),
+                "{sajou}"
             );
             // The type the hub filters on is the signal's, escaped in the text or not.
             assert_eq!(f.kind(), text);
