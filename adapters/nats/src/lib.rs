@@ -28,7 +28,7 @@ use patchbay_graph::{
     Adapter, BoxFuture, ComponentError, ComponentStats, ComponentType, Diagnostic, HealthState,
     Options, Output, OutputContext, OutputKind, Role, Source, SourceContext, WhenFull, options_of,
 };
-use patchbay_signal::Signal;
+use patchbay_signal::SharedSignal;
 use patchbay_signal::normalize::{Decoded, Normalizer};
 use patchbay_transport::backoff::Backoff;
 use serde::Deserialize;
@@ -558,7 +558,7 @@ async fn read(
             })?;
             // Every message already received is decoded and handed to the graph in one
             // go (one reservation of its queue, one wake-up of the engine), not one by one.
-            let mut batch: Vec<Signal> = Vec::with_capacity(BATCH);
+            let mut batch: Vec<SharedSignal> = Vec::with_capacity(BATCH);
             let mut taken: u64 = 0;
             loop {
                 let message = tokio::select! {
@@ -677,11 +677,11 @@ fn decode_into(
     normalizer: &mut Normalizer,
     payload: &[u8],
     cx: &SourceContext,
-    batch: &mut Vec<Signal>,
+    batch: &mut Vec<SharedSignal>,
 ) {
     let text = String::from_utf8_lossy(payload);
     match normalizer.decode_text(&text) {
-        Some(Decoded::Signal(signal)) => batch.push(signal),
+        Some(Decoded::Signal(signal)) => batch.push(Arc::new(signal)),
         Some(Decoded::BadInput(signal)) => {
             let reason = signal
                 .payload
@@ -690,7 +690,7 @@ fn decode_into(
                 .unwrap_or("bad input")
                 .to_owned();
             cx.stats().bad_input(reason);
-            batch.push(signal);
+            batch.push(Arc::new(signal));
         }
         None => {}
     }

@@ -238,7 +238,7 @@ impl SourceContext {
     /// a full graph is counted (`refused`).
     pub async fn emit_within(&self, signal: Signal, wait: Duration) -> Result<(), Refused> {
         match self
-            .emit_batch_within(&mut vec![signal], wait)
+            .emit_batch_within(&mut vec![Arc::new(signal)], wait)
             .await
             .refused
         {
@@ -258,14 +258,18 @@ impl SourceContext {
         signals: impl IntoIterator<Item = Signal>,
         wait: Duration,
     ) -> Emitted {
-        let mut signals: Vec<Signal> = signals.into_iter().collect();
+        let mut signals: Vec<SharedSignal> = signals.into_iter().map(Arc::new).collect();
         self.emit_batch_within(&mut signals, wait).await
     }
 
     /// [`emit_all_within`](SourceContext::emit_all_within) for a batch the caller keeps:
     /// the accepted signals are taken from the front of `signals`, and the refused ones
     /// (if any) are left in it, in order, so that the caller can name them.
-    pub async fn emit_batch_within(&self, signals: &mut Vec<Signal>, wait: Duration) -> Emitted {
+    pub async fn emit_batch_within(
+        &self,
+        signals: &mut Vec<SharedSignal>,
+        wait: Duration,
+    ) -> Emitted {
         ComponentStats::add(&self.stats.received, signals.len() as u64);
         let (accepted, refused) = self.tx.send_within(self.node, signals, Some(wait)).await;
         ComponentStats::add(&self.stats.sent, accepted as u64);
@@ -295,7 +299,7 @@ impl SourceContext {
     /// Emits `signals` in order, waiting while the graph's inbound queue is full (as
     /// [`emit`](SourceContext::emit) does); whatever room there is is taken at once, so
     /// that a burst is one hand-over. The signals are taken from `signals`.
-    pub async fn emit_batch(&self, signals: &mut Vec<Signal>) -> Result<(), Closed> {
+    pub async fn emit_batch(&self, signals: &mut Vec<SharedSignal>) -> Result<(), Closed> {
         ComponentStats::add(&self.stats.received, signals.len() as u64);
         let (sent, refused) = self.tx.send_within(self.node, signals, None).await;
         ComponentStats::add(&self.stats.sent, sent as u64);
@@ -316,7 +320,10 @@ impl SourceContext {
         &self,
         decoded: impl IntoIterator<Item = Decoded>,
     ) -> Result<(), Closed> {
-        let mut signals: Vec<Signal> = decoded.into_iter().map(|d| self.counted(d)).collect();
+        let mut signals: Vec<SharedSignal> = decoded
+            .into_iter()
+            .map(|d| Arc::new(self.counted(d)))
+            .collect();
         self.emit_batch(&mut signals).await
     }
 

@@ -34,6 +34,15 @@ impl Event {
             Event::Ended(..) => 0,
         }
     }
+
+    /// The signals it carries, in order (of an event that was not sent).
+    fn into_signals(self) -> Vec<SharedSignal> {
+        match self {
+            Event::Signal(_, signal) => vec![signal],
+            Event::Signals(_, signals) => signals,
+            Event::Ended(..) => Vec::new(),
+        }
+    }
 }
 
 /// A queue for `capacity` signals (at least 1).
@@ -87,10 +96,26 @@ impl EventSender {
     pub(crate) async fn send_within(
         &self,
         node: usize,
-        signals: &mut Vec<Signal>,
+        signals: &mut Vec<SharedSignal>,
         wait: Option<Duration>,
     ) -> (usize, Option<Refused>) {
         let total = signals.len();
+        if total == 0 {
+            return (0, None);
+        }
+        // The usual case: room for the whole batch, which travels as it is.
+        if let Ok(count) = u32::try_from(total)
+            && let Ok(permit) = self.room.try_acquire_many(count)
+        {
+            permit.forget();
+            return match self.tx.send(Event::Signals(node, std::mem::take(signals))) {
+                Ok(()) => (total, None),
+                Err(unsent) => {
+                    *signals = unsent.0.into_signals();
+                    (0, Some(Refused::Closed))
+                }
+            };
+        }
         // Drained in order (never shifted from the front: a POSTed array can be long),
         // and what is left goes back at the end.
         let mut pending = signals.drain(..);
@@ -127,19 +152,19 @@ impl EventSender {
             };
             let event = match taken {
                 1 => match pending.next() {
-                    Some(signal) => Event::Signal(node, Arc::new(signal)),
+                    Some(signal) => Event::Signal(node, signal),
                     None => break None,
                 },
-                _ => Event::Signals(node, pending.by_ref().take(taken).map(Arc::new).collect()),
+                _ => Event::Signals(node, pending.by_ref().take(taken).collect()),
             };
             if let Err(unsent) = self.tx.send(event) {
                 // The engine is gone: the signals go back, refused.
-                given_back = unshare(unsent.0);
+                given_back = unsent.0.into_signals();
                 break Some(Refused::Closed);
             }
             sent += taken;
         };
-        let rest: Vec<Signal> = pending.collect();
+        let rest: Vec<SharedSignal> = pending.collect();
         signals.extend(given_back.into_iter().chain(rest));
         (sent, refused)
     }
@@ -148,16 +173,6 @@ impl EventSender {
     /// is gone.
     pub(crate) fn ended(&self, slot: usize, ending: Ending) -> bool {
         self.tx.send(Event::Ended(slot, ending)).is_ok()
-    }
-}
-
-/// The signals of an event that was not sent (the only holder of each).
-fn unshare(event: Event) -> Vec<Signal> {
-    let own = |s: SharedSignal| Arc::try_unwrap(s).unwrap_or_else(|s| (*s).clone());
-    match event {
-        Event::Signal(_, s) => vec![own(s)],
-        Event::Signals(_, signals) => signals.into_iter().map(own).collect(),
-        Event::Ended(..) => Vec::new(),
     }
 }
 
@@ -200,13 +215,17 @@ mod tests {
 
     use super::*;
 
-    fn signals(n: usize) -> Vec<Signal> {
+    fn signals(n: usize) -> Vec<SharedSignal> {
         (0..n)
-            .map(|i| Signal::new(format!("s{i}"), "test", Object::new()))
+            .map(|i| Arc::new(Signal::new(format!("s{i}"), "test", Object::new())))
             .collect()
     }
 
-    fn names(signals: &[Signal]) -> Vec<&str> {
+    fn signal() -> Signal {
+        Signal::new("s0", "test", Object::new())
+    }
+
+    fn names(signals: &[SharedSignal]) -> Vec<&str> {
         signals.iter().map(|s| s.kind.as_str()).collect()
     }
 
@@ -246,8 +265,8 @@ mod tests {
     #[tokio::test]
     async fn a_sender_waiting_for_room_gets_it_when_the_engine_takes_signals() {
         let (tx, mut rx) = channel(1);
-        assert!(tx.try_send(1, signals(1).remove(0)).is_ok());
-        let full = tx.try_send(1, signals(1).remove(0));
+        assert!(tx.try_send(1, signal()).is_ok());
+        let full = tx.try_send(1, signal());
         assert_eq!(full, Err(Refused::Full));
         let waiting = tokio::spawn({
             let tx = tx.clone();
@@ -291,8 +310,8 @@ mod tests {
         let (sent, refused) = tx.send_within(1, &mut batch, None).await;
         assert_eq!((sent, refused), (0, Some(Refused::Closed)));
         assert_eq!(names(&batch), ["s0", "s1", "s2"]);
-        assert_eq!(tx.try_send(1, signals(1).remove(0)), Err(Refused::Closed));
-        assert!(tx.send(1, Arc::new(signals(1).remove(0))).await.is_err());
+        assert_eq!(tx.try_send(1, signal()), Err(Refused::Closed));
+        assert!(tx.send(1, Arc::new(signal())).await.is_err());
         assert!(!tx.ended(1, Ending::Finished));
     }
 }

@@ -514,7 +514,7 @@ impl From<axum::Error> for Ended {
 struct Ingest {
     /// Frames to signals; one clock reading per batch of frames read together.
     normalizer: Normalizer,
-    signals: Vec<patchbay_signal::Signal>,
+    signals: Vec<patchbay_signal::SharedSignal>,
     /// The client, for the log line of a violation.
     peer: SocketAddr,
     /// A non-UTF-8 binary message was logged already (the next ones are only counted).
@@ -543,7 +543,7 @@ impl Ingest {
         }
         match ui_frame_to_signal(&mut self.normalizer, text) {
             Ok(signal) => {
-                self.signals.push(signal);
+                self.signals.push(Arc::new(signal));
                 Ok(())
             }
             Err(bad) => self.refuse(state, &bad.0, tx).await,
@@ -575,7 +575,7 @@ impl Ingest {
             .emit_batch_within(&mut self.signals, state.settings.ingest_timeout)
             .await;
         if let Some(why) = emitted.refused {
-            let ids: Vec<String> = self.signals.drain(..).map(|s| s.id).collect();
+            let ids: Vec<String> = self.signals.drain(..).map(|s| s.id.clone()).collect();
             let frame = json!({
                 "kind": "error",
                 "message": refusal_message(why),
