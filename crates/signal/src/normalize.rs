@@ -17,8 +17,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::id::next_id_at;
-use crate::payload::{canonical_object_len, plain_len};
-use crate::well_known::{self, ErrorPayload, Payload, Severity};
+use crate::payload::{canonical_object_len, canonical_object_len_visiting, plain_len};
+use crate::well_known::{self, ErrorPayload, Fit, Payload, Severity};
 use crate::{LazyObject, Object, Signal, now_ms, truncate};
 
 /// How much of a bad frame is kept in `metadata.raw`.
@@ -131,10 +131,11 @@ impl Normalizer {
         if !text.trim_start().starts_with('{') {
             return None;
         }
-        let fields = match plain_envelope(text) {
-            Some(fields) => fields,
-            None => serde_json::from_str::<TopLevel>(text).ok()?.0?,
-        };
+        // Read in place (the fields are not small, and moving them costs).
+        let mut fields = Fields::default();
+        if !plain_envelope(text, &mut fields) {
+            fields = serde_json::from_str::<TopLevel>(text).ok()?.0?;
+        }
         let signal = self.build(fields);
         self.last_timestamp = signal.timestamp;
         Some(signal)
@@ -197,13 +198,14 @@ impl Normalizer {
                 Some(Value::String(s)) => s,
                 _ => String::new(),
             },
-            id: obj.shift_remove("id"),
-            timestamp: obj.shift_remove("timestamp"),
-            source: obj.shift_remove("source"),
-            correlation_id: obj.shift_remove("correlationId"),
-            metadata: obj.shift_remove("metadata").map(ObjectField::Tree),
-            payload: obj.shift_remove("payload").map(ObjectField::Tree),
-            rest: obj,
+            id: obj.shift_remove("id").map(Scalar::from),
+            timestamp: obj.shift_remove("timestamp").map(Scalar::from),
+            source: obj.shift_remove("source").map(Scalar::from),
+            correlation_id: obj.shift_remove("correlationId").map(Scalar::from),
+            metadata: obj.shift_remove("metadata").map(ObjectField::tree),
+            payload: obj.shift_remove("payload").map(ObjectField::tree),
+            rest: (!obj.is_empty()).then(|| Box::new(obj)),
+            payload_fits: false,
         };
         self.build(fields)
     }
@@ -220,75 +222,88 @@ impl Normalizer {
             metadata,
             payload,
             rest,
+            payload_fits,
         } = fields;
-        let mut unknown = Object::new();
+        // Fields that do not fit where they belong, kept under `metadata.unknown` (in the
+        // order below, then the rest in the producer's).
+        let mut unknown: Vec<(String, Value)> = Vec::new();
         // One reading of the clock for the id and the timestamp that are made up (or one
         // for the batch).
         self.next_signal();
         let mut now = || self.now();
         let id = match id {
-            Some(Value::String(s)) if !s.is_empty() => s,
-            Some(Value::Number(n)) => n.to_string(),
-            Some(other) => {
-                unknown.insert("id".into(), other);
-                next_id_at(now().max(0) as u64)
-            }
+            Some(Scalar::Str(s)) if !s.is_empty() => s,
+            Some(Scalar::Int(n)) => n.to_string(),
+            Some(other) => match Value::from(other) {
+                Value::Number(n) => n.to_string(),
+                other => {
+                    unknown.push(("id".into(), other));
+                    next_id_at(now().max(0) as u64)
+                }
+            },
             None => next_id_at(now().max(0) as u64),
         };
         let timestamp = match timestamp {
-            Some(Value::Number(n)) => match n.as_i64() {
-                Some(i) => i,
-                None => n.as_f64().map(|f| f.floor() as i64).unwrap_or(0),
-            },
-            Some(other) => {
-                unknown.insert("timestamp".into(), other);
-                now()
-            }
+            Some(Scalar::Int(i)) => i,
             None => now(),
+            Some(other) => match Value::from(other) {
+                Value::Number(n) => n.as_f64().map(|f| f.floor() as i64).unwrap_or(0),
+                other => {
+                    unknown.push(("timestamp".into(), other));
+                    now()
+                }
+            },
         };
         let source = match source {
-            Some(Value::String(s)) => s,
+            Some(Scalar::Str(s)) => s,
             Some(other) => {
-                unknown.insert("source".into(), other);
+                unknown.push(("source".into(), other.into()));
                 self.source.clone()
             }
             None => self.source.clone(),
         };
-        let correlation_id = match correlation_id {
+        let correlation_id = match correlation_id.map(Value::from) {
             Some(Value::String(s)) => Some(s),
             Some(Value::Number(n)) => Some(n.to_string()),
             Some(Value::Null) | None => None,
             Some(other) => {
-                unknown.insert("correlationId".into(), other);
+                unknown.push(("correlationId".into(), other));
                 None
             }
         };
         let mut metadata = match metadata {
             Some(ObjectField::Text(m)) => Some(m),
-            Some(ObjectField::Tree(Value::Object(m))) => Some(m.into()),
-            Some(ObjectField::Tree(Value::Null)) | None => None,
-            Some(ObjectField::Tree(other)) => {
-                unknown.insert("metadata".into(), other);
-                None
-            }
+            None => None,
+            Some(ObjectField::Tree(tree)) => match *tree {
+                Value::Object(m) => Some(m.into()),
+                Value::Null => None,
+                other => {
+                    unknown.push(("metadata".into(), other));
+                    None
+                }
+            },
         };
         let payload = match payload {
             Some(ObjectField::Text(p)) => p,
-            Some(ObjectField::Tree(Value::Object(p))) => p.into(),
-            None | Some(ObjectField::Tree(Value::Null)) => LazyObject::new(),
-            Some(ObjectField::Tree(other)) => {
-                let mut p = Object::new();
-                p.insert("value".into(), other);
-                p.into()
-            }
+            None => LazyObject::new(),
+            Some(ObjectField::Tree(tree)) => match *tree {
+                Value::Object(p) => p.into(),
+                Value::Null => LazyObject::new(),
+                other => {
+                    let mut p = Object::new();
+                    p.insert("value".into(), other);
+                    p.into()
+                }
+            },
         };
-        if !rest.is_empty() {
-            unknown.extend(rest);
+        if let Some(rest) = rest {
+            unknown.extend(*rest);
         }
         if !unknown.is_empty() {
-            metadata
-                .get_or_insert_with(LazyObject::new)
-                .insert("unknown".into(), Value::Object(unknown));
+            metadata.get_or_insert_with(LazyObject::new).insert(
+                "unknown".into(),
+                Value::Object(unknown.into_iter().collect()),
+            );
         }
         let mut signal = Signal {
             id,
@@ -299,7 +314,9 @@ impl Normalizer {
             metadata,
             payload,
         };
-        well_known::repair(&mut signal);
+        if !payload_fits {
+            well_known::repair(&mut signal);
+        }
         signal
     }
 }
@@ -307,16 +324,21 @@ impl Normalizer {
 /// The one-pass reading of [`Normalizer::envelope_from_str`], for the usual envelope: an
 /// object written compactly whose fields are all envelope fields, each once, with plain
 /// values (`type`, `id`, `source` and `correlationId` strings without escapes, an integer
-/// `timestamp`, `payload` and `metadata` objects kept as text, see [`LazyObject`]). `None`
-/// as soon as anything else is met; the general reading then takes the text, and gives
-/// the same fields for everything this one accepts.
-fn plain_envelope(text: &str) -> Option<Fields> {
+/// `timestamp`, `payload` and `metadata` objects kept as text, see [`LazyObject`]), read
+/// into `fields` (which start empty). `false` as soon as anything else is met, with
+/// `fields` partly filled; the general reading then takes the text, and gives the same
+/// fields for everything this one accepts.
+fn plain_envelope(text: &str, fields: &mut Fields) -> bool {
+    plain_envelope_fields(text, fields).is_some()
+}
+
+/// [`plain_envelope`], with `?` for "not the usual envelope".
+fn plain_envelope_fields(text: &str, fields: &mut Fields) -> Option<()> {
     let text = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
     let bytes = text.as_bytes();
     if bytes.first() != Some(&b'{') {
         return None;
     }
-    let mut fields = Fields::default();
     let mut kind = None;
     let mut seen = 0u8;
     let mut at = 1;
@@ -342,7 +364,21 @@ fn plain_envelope(text: &str) -> Option<Fields> {
         seen |= bit;
         match key {
             Key::Payload | Key::Metadata => {
-                let len = canonical_object_len(&text[at..])?;
+                // A payload whose type was read already is checked against it in the same
+                // pass (the usual order: `type` first).
+                let mut fit = match key {
+                    Key::Payload => kind.as_deref().and_then(Fit::of),
+                    _ => None,
+                };
+                let len = match &mut fit {
+                    Some(fit) => canonical_object_len_visiting(&text[at..], |k, v| {
+                        fit.field(k, v);
+                    })?,
+                    None => canonical_object_len(&text[at..])?,
+                };
+                if let Some(fit) = fit {
+                    fields.payload_fits = fit.fits();
+                }
                 let object = Some(ObjectField::Text(LazyObject::from_canonical(
                     &text[at..at + len],
                 )));
@@ -354,7 +390,7 @@ fn plain_envelope(text: &str) -> Option<Fields> {
             }
             Key::Timestamp => {
                 let (n, after) = plain_integer(bytes, at)?;
-                fields.timestamp = Some(Value::from(n));
+                fields.timestamp = Some(Scalar::Int(n));
                 at = after;
             }
             _ => {
@@ -362,9 +398,9 @@ fn plain_envelope(text: &str) -> Option<Fields> {
                 at = after;
                 match key {
                     Key::Type => kind = Some(value.to_owned()),
-                    Key::Id => fields.id = Some(Value::String(value.to_owned())),
-                    Key::Source => fields.source = Some(Value::String(value.to_owned())),
-                    _ => fields.correlation_id = Some(Value::String(value.to_owned())),
+                    Key::Id => fields.id = Some(Scalar::Str(value.to_owned())),
+                    Key::Source => fields.source = Some(Scalar::Str(value.to_owned())),
+                    _ => fields.correlation_id = Some(Scalar::Str(value.to_owned())),
                 }
             }
         }
@@ -375,7 +411,7 @@ fn plain_envelope(text: &str) -> Option<Fields> {
         }
     }
     fields.kind = kind?;
-    Some(fields)
+    Some(())
 }
 
 /// The string that starts at `at` (its opening quote), when it has no escape: its text
@@ -415,14 +451,18 @@ fn plain_integer(bytes: &[u8], at: usize) -> Option<(i64, usize)> {
 #[cfg_attr(test, derive(Debug, PartialEq))]
 struct Fields {
     kind: String,
-    id: Option<Value>,
-    timestamp: Option<Value>,
-    source: Option<Value>,
-    correlation_id: Option<Value>,
+    id: Option<Scalar>,
+    timestamp: Option<Scalar>,
+    source: Option<Scalar>,
+    correlation_id: Option<Scalar>,
     metadata: Option<ObjectField>,
     payload: Option<ObjectField>,
-    /// Every other field, in the producer's order.
-    rest: Object,
+    /// Every other field, in the producer's order (rare: boxed, as the other large
+    /// parts, so that the fields of the usual envelope stay small to move).
+    rest: Option<Box<Object>>,
+    /// The payload was read as text and found valid for its well-known type: nothing to
+    /// repair.
+    payload_fits: bool,
 }
 
 /// An envelope's `payload` or `metadata`: an object kept as its text, or any value as a
@@ -430,7 +470,42 @@ struct Fields {
 #[cfg_attr(test, derive(Debug))]
 enum ObjectField {
     Text(LazyObject),
-    Tree(Value),
+    Tree(Box<Value>),
+}
+
+impl ObjectField {
+    fn tree(value: Value) -> Self {
+        ObjectField::Tree(Box::new(value))
+    }
+}
+
+/// An envelope's `id`, `timestamp`, `source` or `correlationId`: a string or an integer
+/// (what the one-pass reading gives), or any other JSON value.
+#[cfg_attr(test, derive(Debug, PartialEq))]
+enum Scalar {
+    Str(String),
+    Int(i64),
+    Other(Box<Value>),
+}
+
+impl From<Value> for Scalar {
+    fn from(value: Value) -> Self {
+        match value {
+            Value::String(s) => Scalar::Str(s),
+            Value::Number(n) if let Some(i) = n.as_i64() => Scalar::Int(i),
+            other => Scalar::Other(Box::new(other)),
+        }
+    }
+}
+
+impl From<Scalar> for Value {
+    fn from(scalar: Scalar) -> Self {
+        match scalar {
+            Scalar::Str(s) => Value::String(s),
+            Scalar::Int(i) => Value::from(i),
+            Scalar::Other(value) => *value,
+        }
+    }
 }
 
 /// A top-level JSON object read as an envelope's fields: `None` when its `type` is not a
@@ -502,7 +577,8 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                     correlation_id: None,
                     metadata: None,
                     payload: None,
-                    rest: Object::new(),
+                    rest: None,
+                    payload_fits: false,
                 };
                 while let Some(key) = map.next_key::<Key>()? {
                     if let Key::Payload | Key::Metadata = key {
@@ -511,7 +587,7 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                         let raw: &RawValue = map.next_value()?;
                         let field = Some(match LazyObject::from_json(raw.get()) {
                             Some(lazy) => ObjectField::Text(lazy),
-                            None => ObjectField::Tree(
+                            None => ObjectField::tree(
                                 serde_json::from_str(raw.get())
                                     .map_err(serde::de::Error::custom)?,
                             ),
@@ -525,13 +601,13 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                     let value: Value = map.next_value()?;
                     match key {
                         Key::Type => kind = Some(value),
-                        Key::Id => fields.id = Some(value),
-                        Key::Timestamp => fields.timestamp = Some(value),
-                        Key::Source => fields.source = Some(value),
-                        Key::CorrelationId => fields.correlation_id = Some(value),
+                        Key::Id => fields.id = Some(value.into()),
+                        Key::Timestamp => fields.timestamp = Some(value.into()),
+                        Key::Source => fields.source = Some(value.into()),
+                        Key::CorrelationId => fields.correlation_id = Some(value.into()),
                         Key::Payload | Key::Metadata => {}
                         Key::Other(name) => {
-                            fields.rest.insert(name, value);
+                            fields.rest.get_or_insert_default().insert(name, value);
                         }
                     }
                 }
@@ -608,9 +684,14 @@ mod tests {
             "  {\"type\":\"x\",\"payload\":{\"a\":1}}\n",
             r#"{"payload":{"a":1},"type":"ünïcode"}"#,
         ] {
-            let plain = plain_envelope(text);
-            assert!(plain.is_some(), "{text}");
-            assert_eq!(plain, general(text), "{text}");
+            let mut plain = Fields::default();
+            assert!(plain_envelope(text, &mut plain), "{text}");
+            // A verdict on the payload that the general reading leaves to `repair`, found
+            // in the pass for a valid well-known payload after its type (the first text).
+            let valid_well_known = text.starts_with(r#"{"type":"text_delta""#);
+            assert_eq!(plain.payload_fits, valid_well_known, "{text}");
+            plain.payload_fits = false;
+            assert_eq!(Some(plain), general(text), "{text}");
         }
         // Left to the general reading (which reads each, or refuses it).
         for text in [
@@ -638,7 +719,7 @@ mod tests {
             "{",
             "",
         ] {
-            assert_eq!(plain_envelope(text), None, "{text}");
+            assert!(!plain_envelope(text, &mut Fields::default()), "{text}");
         }
     }
 
@@ -748,6 +829,17 @@ mod tests {
             r#"{"type":"x","id":"i","timestamp":1,"extra":1,"extra":2,"payload":{"a":1},"payload":{"b":2}}"#,
             r#"{"t\u0079pe":"esc","id":"i","timestamp":1,"p\u0061yload":{"k\"ey":"v\n"}}"#,
             r#"{"type":"x","id":"","timestamp":2,"correlationId":null,"metadata":null,"payload":null}"#,
+            // Well-known payloads after their type (checked in the reading pass): valid,
+            // and each way of not being so (repaired alike).
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","content":"hi","index":3}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"content":"hi","index":3}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","content":"hi","index":-3,"x":{"y":1}}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","content":7,"contentType":"code"}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","content":"c","contentType":"prose"}}"#,
+            r#"{"type":"agent_state_change","id":"i","timestamp":1,"payload":{"agentId":"a","from":"idle","to":"acting"}}"#,
+            r#"{"type":"agent_state_change","id":"i","timestamp":1,"payload":{"agentId":"a","from":"idle","to":"asleep"}}"#,
+            r#"{"type":"token_usage","id":"i","timestamp":1,"payload":{"agentId":"a","promptTokens":1.5,"completionTokens":2,"cost":0.25}}"#,
+            r#"{"type":"error","id":"i","timestamp":1,"correlationId":"c","payload":{}}"#,
         ];
         for text in cases {
             let slow = n()

@@ -14,7 +14,7 @@
 //! printed, `\u` escapes, `1E3`, repeated keys) takes the tree path, as before.
 
 use std::fmt;
-use std::ops::{Deref, DerefMut};
+use std::ops::{Deref, DerefMut, Range};
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -305,6 +305,29 @@ pub(crate) fn canonical_object_len(text: &str) -> Option<usize> {
         bytes: text.as_bytes(),
         at: 0,
         depth: 0,
+        top_field: |_, _| {},
+    };
+    (scan.peek() == Some(b'{') && scan.value()).then_some(scan.at)
+}
+
+/// [`canonical_object_len`], calling `visit` with each top-level field's key (between its
+/// quotes, escapes as written) and value text as the check passes them, so that a caller
+/// that looks at the fields needs no second pass. A text found not canonical may have
+/// had some of its fields visited.
+pub(crate) fn canonical_object_len_visiting(
+    text: &str,
+    mut visit: impl FnMut(&str, &str),
+) -> Option<usize> {
+    let mut scan = Scan {
+        bytes: text.as_bytes(),
+        at: 0,
+        depth: 0,
+        top_field: |key: Range<usize>, value: Range<usize>| {
+            // Spans between ASCII bytes: on character boundaries.
+            if let (Some(key), Some(value)) = (text.get(key), text.get(value)) {
+                visit(key, value);
+            }
+        },
     };
     (scan.peek() == Some(b'{') && scan.value()).then_some(scan.at)
 }
@@ -382,13 +405,15 @@ fn value_end(bytes: &[u8], mut at: usize) -> usize {
 }
 
 /// A checking pass over JSON text.
-struct Scan<'a> {
+struct Scan<'a, F> {
     bytes: &'a [u8],
     at: usize,
     depth: usize,
+    /// Told each field of the outermost object: the spans of its key and its value.
+    top_field: F,
 }
 
-impl<'a> Scan<'a> {
+impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
@@ -472,8 +497,15 @@ impl<'a> Scan<'a> {
                 many.push(key);
             }
             count += 1;
-            if !self.eat(b':') || !self.value() {
+            if !self.eat(b':') {
                 return false;
+            }
+            let value_from = self.at;
+            if !self.value() {
+                return false;
+            }
+            if self.depth == 1 {
+                (self.top_field)(from..to, value_from..self.at);
             }
             match self.next() {
                 Some(b',') => {}

@@ -452,34 +452,70 @@ fn fits(kind: Kind, v: &Value) -> bool {
 /// Whether a payload given as canonical JSON text (a kept payload's) is valid for the
 /// fields of its type: the same verdict as [`check`] on its tree. `false` also when the
 /// text cannot be read field by field (then the tree decides).
-fn fits_text(fields: &[Field], raw: &str) -> bool {
-    let fits_value = |kind: Kind, value: &str| match kind {
+fn fits_text(fields: &'static [Field], raw: &str) -> bool {
+    let mut fit = Fit::new(fields);
+    crate::payload::fields_of_canonical(raw, |key, value| fit.field(key, value)) && fit.fits()
+}
+
+/// [`check`]'s verdict on a payload's text, built up field by field (so that the reader of
+/// an envelope can have it from the pass that finds the payload canonical).
+pub(crate) struct Fit {
+    fields: &'static [Field],
+    /// Which fields were seen (a spec has fewer than 64; keys are unique in canonical
+    /// text).
+    seen: u64,
+    /// A field was unknown or did not fit.
+    misfit: bool,
+}
+
+impl Fit {
+    fn new(fields: &'static [Field]) -> Self {
+        Fit {
+            fields,
+            seen: 0,
+            misfit: false,
+        }
+    }
+
+    /// The check for payloads of `kind`; `None` for a type that is not well-known.
+    pub(crate) fn of(kind: &str) -> Option<Self> {
+        spec(kind).map(Fit::new)
+    }
+
+    /// Takes one top-level field (its key as written, its value's JSON text); `false` once
+    /// the payload is known not to fit.
+    pub(crate) fn field(&mut self, key: &str, value: &str) -> bool {
+        // Keys are compared as written: a field name has no character that needs
+        // escaping, so a key with an escape is never one of them (and is unknown, as for
+        // `check`).
+        match self.fields.iter().position(|f| f.name == key) {
+            Some(i) if i < 64 && fits_value(self.fields[i].kind, value) => self.seen |= 1 << i,
+            _ => self.misfit = true,
+        }
+        !self.misfit
+    }
+
+    /// Whether every field taken fits and every required one was there.
+    pub(crate) fn fits(&self) -> bool {
+        !self.misfit
+            && self
+                .fields
+                .iter()
+                .enumerate()
+                .all(|(i, f)| !f.required || self.seen & (1 << i) != 0)
+    }
+}
+
+/// Whether a field's JSON text `value` is valid for `kind`.
+fn fits_value(kind: Kind, value: &str) -> bool {
+    match kind {
         Kind::Str => value.starts_with('"'),
         Kind::Bool => value == "true" || value == "false",
         Kind::Obj => value.starts_with('{'),
         // Digits alone are a whole number ≥ 0 (a float beyond 64 bits, still whole).
         Kind::Count | Kind::Amount if value.bytes().all(|b| b.is_ascii_digit()) => true,
         _ => serde_json::from_str::<Value>(value).is_ok_and(|v| fits(kind, &v)),
-    };
-    // Which fields were seen (a spec has fewer than 64; keys are unique in canonical
-    // text). Keys are compared as written: a field name has no character that needs
-    // escaping, so a key with an escape is never one of them (and is unknown, as for
-    // `check`).
-    let mut seen = 0u64;
-    let all_fit = crate::payload::fields_of_canonical(raw, |key, value| {
-        match fields.iter().position(|f| f.name == key) {
-            Some(i) if i < 64 && fits_value(fields[i].kind, value) => {
-                seen |= 1 << i;
-                true
-            }
-            _ => false,
-        }
-    });
-    all_fit
-        && fields
-            .iter()
-            .enumerate()
-            .all(|(i, f)| !f.required || seen & (1 << i) != 0)
+    }
 }
 
 /// Why a payload is not valid for its well-known type.
