@@ -163,7 +163,7 @@ pub enum Refused {
     Closed,
 }
 
-/// What [`SourceContext::emit_all_within`] did with a run of signals.
+/// What [`SourceContext::emit_batch_within`] did with a run of signals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Emitted {
     /// How many signals, from the first, the graph took.
@@ -233,38 +233,15 @@ impl SourceContext {
         Ok(())
     }
 
-    /// Emits a signal, waiting at most `wait` for room in the graph's inbound queue: for
-    /// ingest that must answer its peer ("slow" and "stuck" are told apart). A refusal for
-    /// a full graph is counted (`refused`).
-    pub async fn emit_within(&self, signal: Signal, wait: Duration) -> Result<(), Refused> {
-        match self
-            .emit_batch_within(&mut vec![Arc::new(signal)], wait)
-            .await
-            .refused
-        {
-            Some(why) => Err(why),
-            None => Ok(()),
-        }
-    }
-
-    /// Emits `signals` in order, each waiting at most `wait` for room
-    /// ([`emit_within`](SourceContext::emit_within)); at the first refusal the rest are
-    /// refused too (and counted), so that what was accepted is always a prefix.
+    /// Emits `signals` in order, each waiting at most `wait` for room in the graph's
+    /// inbound queue: for ingest that must answer its peer ("slow" and "stuck" are told
+    /// apart). At the first refusal the rest are refused too (and counted, when the graph
+    /// was full), so that what was accepted is always a prefix: the accepted signals are
+    /// taken from `signals`, and the refused ones are left in it, in order, so that the
+    /// caller can name them.
     ///
     /// Whatever room the graph's queue has is taken for the whole run at once: a burst is
     /// one hand-over (and one wake-up of the graph), not one per signal.
-    pub async fn emit_all_within(
-        &self,
-        signals: impl IntoIterator<Item = Signal>,
-        wait: Duration,
-    ) -> Emitted {
-        let mut signals: Vec<SharedSignal> = signals.into_iter().map(Arc::new).collect();
-        self.emit_batch_within(&mut signals, wait).await
-    }
-
-    /// [`emit_all_within`](SourceContext::emit_all_within) for a batch the caller keeps:
-    /// the accepted signals are taken from the front of `signals`, and the refused ones
-    /// (if any) are left in it, in order, so that the caller can name them.
     pub async fn emit_batch_within(
         &self,
         signals: &mut Vec<SharedSignal>,

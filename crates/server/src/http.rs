@@ -543,7 +543,7 @@ impl Ingest {
         }
         match ui_frame_to_signal(&mut self.normalizer, text) {
             Ok(signal) => {
-                self.signals.push(Arc::new(signal));
+                self.signals.push(signal);
                 Ok(())
             }
             Err(bad) => self.refuse(state, &bad.0, tx).await,
@@ -767,7 +767,7 @@ async fn post_signal(
         );
     };
     let mut normalizer = Normalizer::new(state.source_name());
-    let signals = match body_to_signals(&mut normalizer, &body) {
+    let mut signals = match body_to_signals(&mut normalizer, &body) {
         Ok(s) => s,
         Err(bad) => {
             state.bad_input(&bad.0);
@@ -777,7 +777,7 @@ async fn post_signal(
     let total = signals.len();
     let ids: Vec<String> = signals.iter().map(|s| s.id.clone()).collect();
     let emitted = inbound
-        .emit_all_within(signals, state.settings.ingest_timeout)
+        .emit_batch_within(&mut signals, state.settings.ingest_timeout)
         .await;
     if let Some(why) = emitted.refused {
         let refused = total - emitted.accepted;

@@ -4,8 +4,10 @@
 //! OpenTUI back-channel messages: `{"kind":"control","op":…}` becomes `control.<op>` and
 //! `{"kind":"answer","prompt-id":…,"value"|"cancelled":…}` becomes `control.answer`.
 
+use std::sync::Arc;
+
 use patchbay_signal::normalize::{Normalizer, type_error};
-use patchbay_signal::{Object, Signal, control};
+use patchbay_signal::{Object, SharedSignal, Signal, control};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -14,17 +16,20 @@ use serde_json::value::RawValue;
 #[error("{0}")]
 pub struct BadFrame(pub String);
 
-/// Turns one WebSocket text frame into a signal.
-pub fn ui_frame_to_signal(normalizer: &mut Normalizer, text: &str) -> Result<Signal, BadFrame> {
+/// Turns one WebSocket text frame into a signal, shared as the graph takes it.
+pub fn ui_frame_to_signal(
+    normalizer: &mut Normalizer,
+    text: &str,
+) -> Result<SharedSignal, BadFrame> {
     let text = text.trim();
-    // An envelope (the usual frame) is read straight into a signal; anything else takes
-    // the general path.
+    // An envelope (the usual frame) is read straight into a signal, which moves once,
+    // into its `Arc`; anything else takes the general path.
     if let Some(signal) = normalizer.envelope_from_str(text) {
-        return Ok(signal);
+        return Ok(Arc::new(signal));
     }
     let value: Value =
         serde_json::from_str(text).map_err(|e| BadFrame(format!("not JSON: {e}")))?;
-    value_to_signal(normalizer, value)
+    value_to_signal(normalizer, value).map(Arc::new)
 }
 
 /// Turns one JSON value (a frame, or one element of a POSTed array) into a signal.
@@ -120,7 +125,10 @@ fn answer_frame(normalizer: &Normalizer, mut obj: Object) -> Result<Signal, BadF
 ///
 /// Each element is read as a WebSocket frame is (an envelope straight into a signal, its
 /// payload kept as text when it can be), not built as a tree first.
-pub fn body_to_signals(normalizer: &mut Normalizer, body: &[u8]) -> Result<Vec<Signal>, BadFrame> {
+pub fn body_to_signals(
+    normalizer: &mut Normalizer,
+    body: &[u8],
+) -> Result<Vec<SharedSignal>, BadFrame> {
     let not_json = |e: serde_json::Error| {
         if body.iter().all(u8::is_ascii_whitespace) {
             BadFrame("empty body: expected a signal envelope or an array of them".into())
@@ -168,7 +176,7 @@ mod tests {
         Normalizer::new("sidecar:ui")
     }
 
-    fn frame(text: &str) -> Result<Signal, BadFrame> {
+    fn frame(text: &str) -> Result<SharedSignal, BadFrame> {
         ui_frame_to_signal(&mut n(), text)
     }
 
