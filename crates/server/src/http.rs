@@ -24,7 +24,7 @@ use serde_json::json;
 
 use crate::config::Settings;
 use crate::hub::{
-    Format, Frame, Hub, Outgoing, Replay, Subscription, TypeFilter, cut_reason, gap_text,
+    Format, FrameRef, Hub, Outgoing, Replay, Subscription, TypeFilter, cut_reason, gap_text,
 };
 use crate::inbound::{body_to_signals, ui_frame_to_signal};
 
@@ -697,7 +697,7 @@ async fn sse_handler(
 /// bytes are the shared ones.
 struct SseStream {
     sub: Subscription,
-    replay: VecDeque<Arc<Frame>>,
+    replay: VecDeque<FrameRef>,
     format: Format,
     pending: VecDeque<Bytes>,
     /// Cut off (lossless sidecar): the stream ends once `pending` is sent.

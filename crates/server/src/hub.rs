@@ -2,7 +2,9 @@
 //!
 //! The output task is the only publisher. Each signal is serialized once per wire format
 //! (the Escapement form only when a client first asks for it) and the bytes are shared by
-//! every client. Publishing never waits for a client. When a client's queue is full:
+//! every client; the signals of a batch are serialized into small blocks (see [`frames`]),
+//! a few allocations per block rather than per signal. Publishing never waits for a
+//! client. When a client's queue is full:
 //!
 //! - by default (`drop_oldest`), it drops its own oldest frames and leaves the client one
 //!   `lagged` notice;
@@ -12,13 +14,15 @@
 //!   `gap` notice). No frame is ever dropped silently, and the other clients go on.
 
 use std::collections::VecDeque;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use axum::extract::ws::Utf8Bytes;
+use bytes::Bytes;
 use patchbay_graph::ComponentStats;
 use patchbay_signal::payload::plain_len;
-use patchbay_signal::{LazyObject, SharedSignal};
+use patchbay_signal::{LazyObject, SharedSignal, Signal};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use tokio::sync::{Notify, watch};
 
@@ -72,18 +76,135 @@ enum Kind {
     Own(Box<str>),
 }
 
-impl Frame {
-    /// Numbers a signal and serializes its sajou form (the envelope with `metadata.seq`).
-    pub fn new(seq: u64, signal: SharedSignal) -> Frame {
-        let s = &*signal;
-        // Written as a `String` from text that is UTF-8 already, so that nothing is
-        // validated again; sized for the usual signal, so that it rarely grows.
-        let mut out = String::with_capacity(256);
+/// Frames made together share one text buffer and one allocation for the frames, up to
+/// this many frames…
+const BLOCK_FRAMES: usize = 16;
+/// …and this many bytes of text: a frame queued for a client keeps its whole block in
+/// memory, so a block stays small, and a frame this large goes in a block of its own.
+const BLOCK_BYTES: usize = 4096;
+
+/// A published frame, as the ring and the clients' queues hold it: a share of the block
+/// of frames it was serialized with (see [`frames`]).
+#[derive(Debug, Clone)]
+pub struct FrameRef {
+    block: Arc<[Frame]>,
+    index: usize,
+}
+
+impl Deref for FrameRef {
+    type Target = Frame;
+
+    fn deref(&self) -> &Frame {
+        &self.block[self.index]
+    }
+}
+
+/// Numbers signals from `first_seq` and serializes their sajou forms (the envelope with
+/// `metadata.seq`).
+///
+/// The frames are made in blocks (at most [`BLOCK_FRAMES`] frames and about
+/// [`BLOCK_BYTES`] of text each): a block's texts share one buffer, and its frames one
+/// allocation, so that publishing a burst costs a few allocations per block rather than
+/// several per signal.
+pub fn frames(first_seq: u64, signals: impl IntoIterator<Item = SharedSignal>) -> Vec<FrameRef> {
+    let signals = signals.into_iter();
+    let mut out = Vec::with_capacity(signals.size_hint().0);
+    let mut block = Block::default();
+    for (seq, signal) in (first_seq..).zip(signals) {
+        if block.text.capacity() == 0 {
+            block.text.reserve(BLOCK_BYTES + 512);
+        }
+        let from = block.text.len();
+        let mut part = Part::write(&mut block.text, seq, &signal);
+        if part.end - from >= BLOCK_BYTES && !block.parts.is_empty() {
+            // A large frame is not kept alive by the small ones before it (nor they by
+            // it): it takes a block of its own.
+            let large = block.text.split_off(from);
+            block.finish(&mut out);
+            block.text = large;
+            part.end -= from;
+        }
+        block.parts.push(part);
+        if block.parts.len() == BLOCK_FRAMES || block.text.len() >= BLOCK_BYTES {
+            block.finish(&mut out);
+        }
+    }
+    block.finish(&mut out);
+    out
+}
+
+/// One signal's frame, alone in its block.
+#[cfg(test)]
+pub fn frame(seq: u64, signal: SharedSignal) -> FrameRef {
+    let mut out = frames(seq, [signal]);
+    // `frames` makes one frame per signal.
+    out.swap_remove(0)
+}
+
+/// Frames being serialized into one block.
+#[derive(Default)]
+struct Block {
+    text: String,
+    parts: Vec<Part>,
+}
+
+impl Block {
+    /// Turns the frames written so far into one block, appended to `out`.
+    fn finish(&mut self, out: &mut Vec<FrameRef>) {
+        if self.parts.is_empty() {
+            return;
+        }
+        let text = std::mem::take(&mut self.text);
+        let bytes = Bytes::from(text.into_bytes());
+        let mut from = 0;
+        let block: Arc<[Frame]> = self
+            .parts
+            .drain(..)
+            .map(|part| {
+                let span = from..part.end;
+                from = part.end;
+                // Each frame's text is a whole JSON text written into a `String`: valid
+                // UTF-8 (checked again, as a shared slice cannot say so).
+                let sajou = Utf8Bytes::try_from(bytes.slice(span.clone())).unwrap_or_else(|_| {
+                    Utf8Bytes::from(String::from_utf8_lossy(&bytes[span]).into_owned())
+                });
+                Frame {
+                    seq: part.seq,
+                    kind: part.kind,
+                    timestamp: part.timestamp,
+                    sajou,
+                    payload_at: part.payload_at,
+                    escapement: OnceLock::new(),
+                }
+            })
+            .collect();
+        out.extend((0..block.len()).map(|index| FrameRef {
+            block: Arc::clone(&block),
+            index,
+        }));
+    }
+}
+
+/// A frame written into a block's text: where it ends there, and what the frame keeps.
+struct Part {
+    seq: u64,
+    kind: Kind,
+    timestamp: i64,
+    /// Where the frame's text ends in the block's.
+    end: usize,
+    /// Where its payload starts, from the start of the frame's text.
+    payload_at: usize,
+}
+
+impl Part {
+    /// Appends the signal's sajou form to `out`.
+    fn write(out: &mut String, seq: u64, s: &Signal) -> Part {
+        let start = out.len();
         out.push_str("{\"id\":");
-        put_str(&mut out, &s.id);
+        put_str(out, &s.id);
         out.push_str(",\"type\":");
-        let kind_at = out.len() + 1;
-        let plain = put_str(&mut out, &s.kind);
+        let kind_at = out.len() + 1 - start;
+        let plain = put_str(out, &s.kind);
         let kind = match (
             u32::try_from(kind_at),
             u32::try_from(kind_at + s.kind.len()),
@@ -92,12 +213,12 @@ impl Frame {
             _ => Kind::Own(s.kind.as_str().into()),
         };
         out.push_str(",\"timestamp\":");
-        put_int(&mut out, s.timestamp);
+        put_int(out, s.timestamp);
         out.push_str(",\"source\":");
-        put_str(&mut out, &s.source);
+        put_str(out, &s.source);
         if let Some(c) = &s.correlation_id {
             out.push_str(",\"correlationId\":");
-            put_str(&mut out, c);
+            put_str(out, c);
         }
         out.push_str(",\"metadata\":");
         // Metadata kept as its text, without a `seq` of its own: the text with `seq` added
@@ -113,11 +234,11 @@ impl Frame {
                     out.push(',');
                 }
                 out.push_str("\"seq\":");
-                put_int(&mut out, seq);
+                put_int(out, seq);
                 out.push('}');
             }
             None => put(
-                &mut out,
+                out,
                 &MetaWithSeq {
                     meta: s.metadata.as_ref(),
                     seq,
@@ -125,24 +246,25 @@ impl Frame {
             ),
         }
         out.push_str(",\"payload\":");
-        let payload_at = out.len();
+        let payload_at = out.len() - start;
         // A payload that arrived as compact JSON and passed unread is copied as it came
         // (the same bytes as serializing its tree).
         match s.payload.raw_json() {
             Some(raw) => out.push_str(raw),
-            None => put(&mut out, &*s.payload),
+            None => put(out, &*s.payload),
         }
         out.push('}');
-        Frame {
+        Part {
             seq,
             kind,
             timestamp: s.timestamp,
-            sajou: to_text(out),
+            end: out.len(),
             payload_at,
-            escapement: OnceLock::new(),
         }
     }
+}
 
+impl Frame {
     /// The signal's type.
     pub fn kind(&self) -> &str {
         match &self.kind {
@@ -296,7 +418,7 @@ pub fn gap_text(from: u64, to: u64) -> Utf8Bytes {
 #[derive(Debug, Clone)]
 pub enum Outgoing {
     /// A signal's frame.
-    Frame(Arc<Frame>),
+    Frame(FrameRef),
     /// The client's queue overflowed: it can resume with `?since=N` without missing
     /// anything the ring still holds.
     Lagged(u64),
@@ -343,7 +465,7 @@ pub struct Client {
 
 #[derive(Debug, Default)]
 struct ClientState {
-    queue: VecDeque<Arc<Frame>>,
+    queue: VecDeque<FrameRef>,
     /// A `lagged` notice not yet taken: the seq to resume after.
     lag: Option<u64>,
     lagged_ever: bool,
@@ -371,7 +493,7 @@ impl Client {
     /// Queues frames the client's filter takes, in order, under one lock and with one
     /// wake-up. When the queue is full, a lossless hub cuts the client off; otherwise its
     /// oldest frame is dropped.
-    fn push_all(&self, frames: &[Arc<Frame>], lossless: bool) -> Pushed {
+    fn push_all(&self, frames: &[FrameRef], lossless: bool) -> Pushed {
         let mut pushed = Pushed::default();
         let mut queued = false;
         let mut st = self.lock();
@@ -401,7 +523,7 @@ impl Client {
                     }
                 }
             }
-            st.queue.push_back(Arc::clone(frame));
+            st.queue.push_back(frame.clone());
             queued = true;
         }
         drop(st);
@@ -491,7 +613,7 @@ pub struct Hub {
 
 #[derive(Debug, Default)]
 struct HubInner {
-    ring: VecDeque<Arc<Frame>>,
+    ring: VecDeque<FrameRef>,
     /// The seq of the newest frame published (0 before the first).
     published: u64,
     clients: Vec<Arc<Client>>,
@@ -507,7 +629,7 @@ pub struct Replay {
     /// hub only): it gets a `gap` notice first.
     pub gap: Option<(u64, u64)>,
     /// The frames the ring holds after `since`, for the client's filter.
-    pub frames: Vec<Arc<Frame>>,
+    pub frames: Vec<FrameRef>,
 }
 
 /// Unregisters its client when dropped (the connection ended).
@@ -562,14 +684,13 @@ impl Hub {
 
     /// Publishes a numbered signal: into the ring and every client's queue.
     #[cfg(test)]
-    pub fn publish(&self, frame: Frame) {
-        self.publish_all(std::iter::once(frame));
+    pub fn publish(&self, frame: FrameRef) {
+        self.publish_all(vec![frame]);
     }
 
     /// Publishes numbered signals, in order: into the ring and every client's queue, with
     /// one lock of the hub and one of each client for the whole batch.
-    pub fn publish_all(&self, frames: impl IntoIterator<Item = Frame>) {
-        let frames: Vec<Arc<Frame>> = frames.into_iter().map(Arc::new).collect();
+    pub fn publish_all(&self, frames: Vec<FrameRef>) {
         let Some(last) = frames.last() else { return };
         // Frames leaving the ring are freed after the lock is released.
         let mut evicted = Vec::new();
@@ -579,7 +700,7 @@ impl Hub {
                 if inner.ring.len() >= self.ring {
                     evicted.extend(inner.ring.pop_front());
                 }
-                inner.ring.push_back(Arc::clone(frame));
+                inner.ring.push_back(frame.clone());
             }
         }
         inner.published = last.seq;
@@ -768,7 +889,7 @@ mod tests {
         .correlated("c1")
         .with_meta("seq", 99)
         .with_meta("t0", 1);
-        let f = Frame::new(7, Arc::new(s.clone()));
+        let f = frame(7, Arc::new(s.clone()));
         let expected = serde_json::json!({
             "id": s.id,
             "type": "text_delta",
@@ -787,7 +908,7 @@ mod tests {
             "data": {"content": "a \"quoted\"\nline é", "agentId": "x", "index": 3},
         });
         assert_eq!(f.text(Format::Escapement).as_str(), expected.to_string());
-        let bare = Frame::new(1, Arc::new(Signal::new("a", "b", Object::new()).at(0)));
+        let bare = frame(1, Arc::new(Signal::new("a", "b", Object::new()).at(0)));
         let v: serde_json::Value = serde_json::from_str(&bare.text(Format::Sajou)).unwrap();
         assert_eq!(v["metadata"], serde_json::json!({"seq": 1}));
         assert!(v.get("correlationId").is_none());
@@ -797,13 +918,45 @@ mod tests {
         Arc::new(Signal::new(kind, "test:a", object! {"x" => 1}).at(5))
     }
 
+    #[test]
+    fn frames_made_together_read_as_frames_made_alone_and_blocks_stay_small() {
+        let mut signals: Vec<SharedSignal> = (0..40)
+            .map(|i| sig(if i % 3 == 0 { "a" } else { "b.c" }))
+            .collect();
+        // A large frame among small ones, and a type written with escapes.
+        signals[20] = Arc::new(
+            Signal::new(
+                "big",
+                "test:a",
+                object! {"x" => "y".repeat(2 * BLOCK_BYTES)},
+            )
+            .at(5),
+        );
+        signals[21] = sig("t\"q");
+        let together = frames(100, signals.iter().cloned());
+        assert_eq!(together.len(), signals.len());
+        for (i, (made, signal)) in together.iter().zip(&signals).enumerate() {
+            let alone = frame(100 + i as u64, Arc::clone(signal));
+            assert_eq!(made.seq, 100 + i as u64);
+            assert_eq!(made.kind(), signal.kind);
+            for format in [Format::Sajou, Format::Escapement] {
+                assert_eq!(made.text(format), alone.text(format), "{i}");
+            }
+        }
+        assert!(together.iter().all(|f| f.block.len() <= BLOCK_FRAMES));
+        assert!(Arc::ptr_eq(&together[0].block, &together[1].block));
+        // The large frame keeps no small one alive, nor they it.
+        assert_eq!(together[20].block.len(), 1);
+        assert!(!Arc::ptr_eq(&together[19].block, &together[21].block));
+    }
+
     fn next_now(c: &Client) -> Option<Outgoing> {
         c.try_pop()
     }
 
     #[test]
     fn frames_carry_seq_in_both_formats() {
-        let f = Frame::new(7, sig("a.b").clone());
+        let f = frame(7, sig("a.b").clone());
         let v: serde_json::Value = serde_json::from_str(&f.text(Format::Sajou)).unwrap();
         assert_eq!(v["metadata"]["seq"], 7);
         assert_eq!(v["type"], "a.b");
@@ -831,7 +984,7 @@ mod tests {
             signal.id = text.into();
             signal.correlation_id = Some(text.into());
             signal.metadata = Some(object! { text => text }.into());
-            let f = Frame::new(1, Arc::new(signal));
+            let f = frame(1, Arc::new(signal));
             let quoted = serde_json::to_string(text).unwrap();
             let sajou = f.text(Format::Sajou);
             assert!(
@@ -867,7 +1020,7 @@ mod tests {
             let text = format!(r#"{{"type":"x","id":"i","timestamp":1,"metadata":{metadata}}}"#);
             let signal = normalizer.decode_text(&text).unwrap().into_signal();
             let signal = Arc::new(signal);
-            let f = Frame::new(7, Arc::clone(&signal));
+            let f = frame(7, Arc::clone(&signal));
             let v: serde_json::Value = serde_json::from_str(&f.text(Format::Sajou)).unwrap();
             assert_eq!(v["metadata"].to_string(), expected, "{metadata}");
             let kept = signal.metadata.as_ref().unwrap();
@@ -877,7 +1030,7 @@ mod tests {
 
     #[test]
     fn escapement_form_is_serialized_lazily_and_once() {
-        let f = Frame::new(1, sig("a"));
+        let f = frame(1, sig("a"));
         assert!(f.escapement.get().is_none());
         let a = f.text(Format::Escapement);
         let b = f.text(Format::Escapement);
@@ -900,7 +1053,7 @@ mod tests {
             .subscribe(None, Format::Sajou, TypeFilter::default())
             .unwrap();
         for seq in 1..=5 {
-            h.publish(Frame::new(seq, sig("a")));
+            h.publish(frame(seq, sig("a")));
         }
         let got: Vec<_> = std::iter::from_fn(|| next_now(&sub.client)).collect();
         assert!(matches!(got[0], Outgoing::Lagged(0)), "{got:?}");
@@ -913,10 +1066,7 @@ mod tests {
     fn subscribe_replays_after_since_then_live() {
         let h = hub(3, 10);
         for seq in 1..=5 {
-            h.publish(Frame::new(
-                seq,
-                sig(if seq % 2 == 0 { "even" } else { "odd" }),
-            ));
+            h.publish(frame(seq, sig(if seq % 2 == 0 { "even" } else { "odd" })));
         }
         let (_s, replay) = h
             .subscribe(Some(1), Format::Sajou, TypeFilter::default())
@@ -930,8 +1080,8 @@ mod tests {
             .subscribe(Some(3), Format::Sajou, TypeFilter::parse("odd"))
             .unwrap();
         assert_eq!(replay.frames.iter().map(|f| f.seq).collect::<Vec<_>>(), [5]);
-        h.publish(Frame::new(6, sig("even")));
-        h.publish(Frame::new(7, sig("odd")));
+        h.publish(frame(6, sig("even")));
+        h.publish(frame(7, sig("odd")));
         assert_eq!(next_now(&s2.client).and_then(|o| o.seq()), Some(7));
         assert_eq!(h.client_count(), 2);
         drop(s2);
@@ -948,7 +1098,7 @@ mod tests {
             .subscribe(None, Format::Sajou, TypeFilter::default())
             .unwrap();
         for seq in 1..=5 {
-            h.publish(Frame::new(seq, sig("a")));
+            h.publish(frame(seq, sig("a")));
             while next_now(&fast.client).is_some() {}
         }
         let got: Vec<_> = std::iter::from_fn(|| next_now(&slow.client)).collect();

@@ -206,10 +206,8 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
             let n = batch.len() as u64;
             // Stored first, so that no client can have seen a seq beyond it.
             published.store(seq + n, Ordering::Release);
-            hub.publish_all(batch.drain(..).map(|signal| {
-                seq += 1;
-                hub::Frame::new(seq, signal)
-            }));
+            hub.publish_all(hub::frames(seq + 1, batch.drain(..)));
+            seq += n;
             ComponentStats::add(&stats.sent, n);
         }
     });
