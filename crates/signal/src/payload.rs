@@ -485,7 +485,11 @@ impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
             } else {
                 &many[..]
             };
-            if count >= MAX_KEYS || seen.contains(&key) {
+            // Keys mostly differ in length or first byte: told apart without a full compare.
+            let repeated = seen
+                .iter()
+                .any(|k| k.len() == key.len() && k.first() == key.first() && *k == key);
+            if count >= MAX_KEYS || repeated {
                 return false;
             }
             if count < FEW_KEYS {
