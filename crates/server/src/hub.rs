@@ -85,17 +85,19 @@ const BLOCK_BYTES: usize = 4096;
 
 /// A published frame, as the ring and the clients' queues hold it: a share of the block
 /// of frames it was serialized with (see [`frames`]).
+///
+/// Sixteen bytes (a thin pointer and an index), as a client's queue may hold many.
 #[derive(Debug, Clone)]
 pub struct FrameRef {
-    block: Arc<[Frame]>,
-    index: usize,
+    block: Arc<Vec<Frame>>,
+    index: u32,
 }
 
 impl Deref for FrameRef {
     type Target = Frame;
 
     fn deref(&self) -> &Frame {
-        &self.block[self.index]
+        &self.block[self.index as usize]
     }
 }
 
@@ -157,28 +159,31 @@ impl Block {
         let text = std::mem::take(&mut self.text);
         let bytes = Bytes::from(text.into_bytes());
         let mut from = 0;
-        let block: Arc<[Frame]> = self
-            .parts
-            .drain(..)
-            .map(|part| {
-                let span = from..part.end;
-                from = part.end;
-                // Each frame's text is a whole JSON text written into a `String`: valid
-                // UTF-8 (checked again, as a shared slice cannot say so).
-                let sajou = Utf8Bytes::try_from(bytes.slice(span.clone())).unwrap_or_else(|_| {
-                    Utf8Bytes::from(String::from_utf8_lossy(&bytes[span]).into_owned())
-                });
-                Frame {
-                    seq: part.seq,
-                    kind: part.kind,
-                    timestamp: part.timestamp,
-                    sajou,
-                    payload_at: part.payload_at,
-                    escapement: OnceLock::new(),
-                }
-            })
-            .collect();
-        out.extend((0..block.len()).map(|index| FrameRef {
+        let block: Arc<Vec<Frame>> = Arc::new(
+            self.parts
+                .drain(..)
+                .map(|part| {
+                    let span = from..part.end;
+                    from = part.end;
+                    // Each frame's text is a whole JSON text written into a `String`: valid
+                    // UTF-8 (checked again, as a shared slice cannot say so).
+                    let sajou =
+                        Utf8Bytes::try_from(bytes.slice(span.clone())).unwrap_or_else(|_| {
+                            Utf8Bytes::from(String::from_utf8_lossy(&bytes[span]).into_owned())
+                        });
+                    Frame {
+                        seq: part.seq,
+                        kind: part.kind,
+                        timestamp: part.timestamp,
+                        sajou,
+                        payload_at: part.payload_at,
+                        escapement: OnceLock::new(),
+                    }
+                })
+                .collect(),
+        );
+        // A block has at most `BLOCK_FRAMES` frames.
+        out.extend((0..block.len() as u32).map(|index| FrameRef {
             block: Arc::clone(&block),
             index,
         }));
@@ -944,6 +949,7 @@ mod tests {
             }
         }
         assert!(together.iter().all(|f| f.block.len() <= BLOCK_FRAMES));
+        assert_eq!(std::mem::size_of::<FrameRef>(), 16);
         assert!(Arc::ptr_eq(&together[0].block, &together[1].block));
         // The large frame keeps no small one alive, nor they it.
         assert_eq!(together[20].block.len(), 1);
