@@ -82,6 +82,8 @@ const BLOCK_FRAMES: usize = 16;
 /// …and this many bytes of text: a frame queued for a client keeps its whole block in
 /// memory, so a block stays small, and a frame this large goes in a block of its own.
 const BLOCK_BYTES: usize = 4096;
+/// The size of the usual frame, to size a block's buffer.
+const FRAME_BYTES: usize = 256;
 
 /// A published frame, as the ring and the clients' queues hold it: a share of the block
 /// of frames it was serialized with (see [`frames`]).
@@ -110,12 +112,18 @@ impl Deref for FrameRef {
 /// several per signal.
 pub fn frames(first_seq: u64, signals: impl IntoIterator<Item = SharedSignal>) -> Vec<FrameRef> {
     let signals = signals.into_iter();
-    let mut out = Vec::with_capacity(signals.size_hint().0);
+    let mut left = signals.size_hint().0;
+    let mut out = Vec::with_capacity(left);
     let mut block = Block::default();
     for (seq, signal) in (first_seq..).zip(signals) {
         if block.text.capacity() == 0 {
-            block.text.reserve(BLOCK_BYTES + 512);
+            // Room for the usual frame of each signal left (the ring keeps blocks: a
+            // block of a few frames does not hold a buffer sized for many).
+            block
+                .text
+                .reserve(left.clamp(1, BLOCK_FRAMES) * FRAME_BYTES);
         }
+        left = left.saturating_sub(1);
         let from = block.text.len();
         let mut part = Part::write(&mut block.text, seq, &signal);
         if part.end - from >= BLOCK_BYTES && !block.parts.is_empty() {
