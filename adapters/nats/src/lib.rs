@@ -580,6 +580,8 @@ async fn read(
                 // Waits for room as long as it takes, as `emit` does: on core NATS the
                 // client's buffer takes what arrives meanwhile (and counts what it drops).
                 let emitted = cx.emit_batch_within(&mut batch, Duration::MAX).await;
+                // A batch that found room went to the graph with its vector.
+                batch.reserve(BATCH);
                 if emitted.refused.is_some() {
                     break;
                 }

@@ -237,8 +237,8 @@ impl SourceContext {
     /// inbound queue: for ingest that must answer its peer ("slow" and "stuck" are told
     /// apart). At the first refusal the rest are refused too (and counted, when the graph
     /// was full), so that what was accepted is always a prefix: the accepted signals are
-    /// taken from `signals`, and the refused ones are left in it, in order, so that the
-    /// caller can name them.
+    /// taken from `signals` (a batch taken whole takes the vector's buffer along), and the
+    /// refused ones are left in it, in order, so that the caller can name them.
     ///
     /// Whatever room the graph's queue has is taken for the whole run at once: a burst is
     /// one hand-over (and one wake-up of the graph), not one per signal.

@@ -571,9 +571,13 @@ impl Ingest {
         if self.signals.is_empty() {
             return Ok(());
         }
+        let batch = self.signals.len();
         let emitted = inbound
             .emit_batch_within(&mut self.signals, state.settings.ingest_timeout)
             .await;
+        // A batch that found room went to the graph with its vector: the next one starts
+        // with room for as many.
+        self.signals.reserve(batch);
         if let Some(why) = emitted.refused {
             let ids: Vec<String> = self.signals.drain(..).map(|s| s.id.clone()).collect();
             let frame = json!({
