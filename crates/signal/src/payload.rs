@@ -370,6 +370,13 @@ pub(crate) fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) 
     true
 }
 
+/// Whether two keys are the same. Keys mostly differ in length or first byte: told apart
+/// without a call to `memcmp`, which the usual key would otherwise cost.
+#[inline]
+pub(crate) fn same_key(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.first() == b.first() && a == b
+}
+
 /// Where the string whose content starts at `from` ends (the index of its closing quote).
 fn string_end(bytes: &[u8], mut at: usize) -> usize {
     while at < bytes.len() {
@@ -482,10 +489,7 @@ impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
             } else {
                 &many[..]
             };
-            // Keys mostly differ in length or first byte: told apart without a full compare.
-            let repeated = seen
-                .iter()
-                .any(|k| k.len() == key.len() && k.first() == key.first() && *k == key);
+            let repeated = seen.iter().any(|k| same_key(k, key));
             if count >= MAX_KEYS || repeated {
                 return false;
             }

@@ -488,12 +488,7 @@ impl Fit {
         // Keys are compared as written: a field name has no character that needs
         // escaping, so a key with an escape is never one of them (and is unknown, as for
         // `check`).
-        // Most names differ in length or first letter: told apart without a full compare.
-        let named = |f: &Field| {
-            f.name.len() == key.len()
-                && f.name.as_bytes().first() == key.as_bytes().first()
-                && f.name == key
-        };
+        let named = |f: &Field| crate::payload::same_key(f.name.as_bytes(), key.as_bytes());
         match self.fields.iter().position(named) {
             Some(i) if i < 64 && fits_value(self.fields[i].kind, value) => self.seen |= 1 << i,
             _ => self.misfit = true,
