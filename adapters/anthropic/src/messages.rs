@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{ErrorPayload, Payload, Severity, as_count, tool_call_arguments};
-use patchbay_signal::{Object, Signal, is_informative, next_id, now_ms, take_str};
+use patchbay_signal::{Object, Signal, SmallString, is_informative, next_id, now_ms, take_str};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -50,7 +50,7 @@ fn stop_succeeded(reason: &str) -> bool {
 ///   type → `anthropic.<type>` with the event as payload.
 #[derive(Debug, Clone)]
 pub struct MessagesDecoder {
-    source: String,
+    source: SmallString,
     message: Option<Message>,
     /// The id of the last message that stopped (a repeated `message_stop` is ignored).
     last_stopped: Option<Option<String>>,
@@ -107,7 +107,7 @@ enum BlockKind {
 
 impl MessagesDecoder {
     /// A decoder whose signals have source `source` (e.g. `anthropic:api`).
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         MessagesDecoder {
             source: source.into(),
             message: None,
@@ -374,20 +374,26 @@ impl MessagesDecoder {
     }
 
     fn agent_id(&self) -> String {
-        self.model().cloned().unwrap_or_else(|| self.source.clone())
+        self.model()
+            .cloned()
+            .unwrap_or_else(|| self.source.to_string())
     }
 
-    fn correlation(&self) -> Option<String> {
+    fn correlation(&self) -> Option<SmallString> {
         match &self.message {
-            Some(m) => m.id.clone(),
-            None => self.last_stopped.clone().flatten(),
+            Some(m) => m.id.as_deref().map(SmallString::from),
+            None => self
+                .last_stopped
+                .as_ref()?
+                .as_deref()
+                .map(SmallString::from),
         }
     }
 
     fn signal(&self, kind: &str, payload: Object, ts: i64) -> Signal {
         Signal {
             id: next_id(),
-            kind: kind.to_owned(),
+            kind: kind.into(),
             timestamp: ts,
             source: self.source.clone(),
             correlation_id: self.correlation(),
@@ -662,7 +668,10 @@ impl MessagesDecoder {
         let Some(message) = self.message.take() else {
             return;
         };
-        let task_id = message.id.clone().unwrap_or_else(|| self.source.clone());
+        let task_id = message
+            .id
+            .clone()
+            .unwrap_or_else(|| self.source.to_string());
         let mut payload = Object::with_capacity(4);
         payload.insert("taskId".into(), Value::String(task_id));
         payload.insert(
@@ -675,7 +684,7 @@ impl MessagesDecoder {
             payload.insert("result".into(), Value::String(reason));
         }
         let mut signal = self.signal("completion", payload, ts);
-        signal.correlation_id.clone_from(&message.id);
+        signal.correlation_id = message.id.as_deref().map(SmallString::from);
         signal.set_metadata(message.stop_meta);
         self.last_stopped = Some(message.id);
         out.push(Decoded::Signal(signal));

@@ -2,7 +2,7 @@
 
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
-use patchbay_signal::now_ms;
+use patchbay_signal::{SmallString, now_ms};
 use patchbay_sse::{DataFramer, Framing};
 
 use crate::messages::MessagesDecoder;
@@ -19,7 +19,7 @@ pub struct AnthropicStreamDecoder {
 
 impl AnthropicStreamDecoder {
     /// A decoder that detects the framing, with signals from `source`.
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         AnthropicStreamDecoder {
             framer: DataFramer::detect(),
             messages: MessagesDecoder::new(source),
@@ -27,7 +27,7 @@ impl AnthropicStreamDecoder {
     }
 
     /// A decoder for a known framing (an HTTP response is always [`Framing::Sse`]).
-    pub fn with_framing(source: impl Into<String>, framing: Framing) -> Self {
+    pub fn with_framing(source: impl Into<SmallString>, framing: Framing) -> Self {
         AnthropicStreamDecoder {
             framer: DataFramer::with_framing(framing),
             messages: MessagesDecoder::new(source),

@@ -7,7 +7,7 @@ use patchbay_signal::well_known::{
     AgentState, AgentStateChange, ErrorPayload, Payload, Severity, TaskDispatch, TextDelta,
     ToolCall, ToolResult,
 };
-use patchbay_signal::{Object, Signal, now_ms, truncate, well_known};
+use patchbay_signal::{Object, Signal, SmallString, now_ms, truncate, well_known};
 use serde_json::Value;
 
 /// How much of a prompt goes into `task_dispatch.description`, and of a tool's text
@@ -34,14 +34,14 @@ const COMMON: [&str; 7] = [
 /// each agent's last state so that `agent_state_change.from` is right.
 #[derive(Debug, Clone)]
 pub struct HookDecoder {
-    source: String,
+    source: SmallString,
     states: HashMap<String, (AgentState, u64)>,
     tick: u64,
 }
 
 impl HookDecoder {
     /// A decoder whose signals have `source` (`claude_code:NAME`).
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         HookDecoder {
             source: source.into(),
             states: HashMap::new(),
@@ -328,7 +328,7 @@ impl HookDecoder {
             h.str("prompt_id")
         }
         .or_else(|| h.str("session_id"));
-        signal.correlation_id = correlation.map(str::to_owned);
+        signal.correlation_id = correlation.map(Into::into);
         let meta = signal.metadata_mut();
         meta.insert("hookEvent".into(), h.event.into());
         for (key, name) in [

@@ -128,7 +128,7 @@ pub fn parse_answer(signal: &Signal) -> Result<Answer, AnswerError> {
     Ok(Answer {
         prompt_id,
         decision,
-        by: signal.source.clone(),
+        by: signal.source.to_string(),
     })
 }
 

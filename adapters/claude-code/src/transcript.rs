@@ -164,7 +164,7 @@ pub fn usage_signals(
             .metadata_mut()
             .insert("cacheWriteTokens".into(), cache_write.into());
         if let Some(session) = entry.get("sessionId").and_then(Value::as_str) {
-            signal.correlation_id = Some(session.to_owned());
+            signal.correlation_id = Some(session.into());
         }
         out.push(signal);
     }

@@ -221,7 +221,7 @@ fn subagents_are_agents_of_their_own_nested_in_the_session() {
 fn a_slash_command_is_a_dispatch_then_its_expansion() {
     let kinds: Vec<String> = decode_all(&scenario("slash-command"))
         .iter()
-        .map(|s| s.kind.clone())
+        .map(|s| s.kind.to_string())
         .collect();
     let i = kinds.iter().position(|k| k == "task_dispatch").unwrap();
     assert_eq!(kinds[i + 2], "claude_code.user_prompt_expansion");

@@ -277,14 +277,14 @@ fn value_answer(signal: &Signal, method: &str, value: &Value) -> Result<Answer, 
 
 fn missing(signal: &Signal, field: &'static str) -> EncodeError {
     EncodeError::MissingField {
-        kind: signal.kind.clone(),
+        kind: signal.kind.to_string(),
         field,
     }
 }
 
 fn invalid(signal: &Signal, field: &'static str, expected: &'static str) -> EncodeError {
     EncodeError::InvalidField {
-        kind: signal.kind.clone(),
+        kind: signal.kind.to_string(),
         field,
         expected,
     }

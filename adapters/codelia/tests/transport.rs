@@ -150,11 +150,8 @@ fn expected_signals(name: &str) -> Vec<(String, Value)> {
     out.into_iter()
         .map(|d| match d {
             Decoded::Signal(s) | Decoded::BadInput(s) => (
-                s.kind.clone(),
-                s.correlation_id
-                    .clone()
-                    .map(Value::String)
-                    .unwrap_or(Value::Null),
+                s.kind.to_string(),
+                s.correlation_id.map(Value::from).unwrap_or(Value::Null),
             ),
         })
         .collect()

@@ -6,7 +6,7 @@ use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
     TokenUsage, ToolResult, as_count,
 };
-use patchbay_signal::{Object, Signal, millis_of, now_ms, object};
+use patchbay_signal::{Object, Signal, SmallString, millis_of, now_ms, object};
 use serde_json::Value;
 
 /// Drops frames replayed after a reconnect: a frame whose `seq` is at or below the
@@ -65,14 +65,14 @@ impl SeqDedupe {
 /// bad-input reports), nothing else: every frame is decoded on its own.
 #[derive(Debug, Clone)]
 pub struct EscapementDecoder {
-    source: String,
+    source: SmallString,
     dedupe: SeqDedupe,
     last_timestamp: i64,
 }
 
 impl EscapementDecoder {
     /// A decoder whose signals come from `source` (e.g. `escapement:agent`).
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         EscapementDecoder {
             source: source.into(),
             dedupe: SeqDedupe::new(),

@@ -78,7 +78,7 @@ fn step_count(v: &Value) -> Option<u64> {
 }
 
 fn answer(signal: &Signal) -> Result<Value, EncodeError> {
-    let kind = signal.kind.clone();
+    let kind = signal.kind.to_string();
     let prompt_id = match signal.payload.get("promptId") {
         Some(Value::String(id)) if !id.is_empty() => id.clone(),
         None | Some(Value::Null) => {

@@ -113,7 +113,7 @@ fn expected_signals() -> Vec<(String, Option<u64>)> {
     out.into_iter()
         .map(|d| match d {
             Decoded::Signal(s) | Decoded::BadInput(s) => (
-                s.kind.clone(),
+                s.kind.to_string(),
                 s.meta("upstreamSeq").and_then(Value::as_u64),
             ),
         })

@@ -33,10 +33,10 @@ pub fn control_command_name(kind: &str) -> Option<String> {
 /// The OSC 23199 bytes carrying a control signal (see the module docs).
 pub fn encode_control(signal: &Signal) -> Result<Vec<u8>, EncodeError> {
     if !control::is_control(&signal.kind) {
-        return Err(EncodeError::NotControl(signal.kind.clone()));
+        return Err(EncodeError::NotControl(signal.kind.to_string()));
     }
     let name = control_command_name(&signal.kind)
-        .ok_or_else(|| EncodeError::NotControl(signal.kind.clone()))?;
+        .ok_or_else(|| EncodeError::NotControl(signal.kind.to_string()))?;
     let command = json!({ "command": name, "data": signal.payload });
     Ok(encode_escape(OSC_TO_PROGRAM, &command))
 }

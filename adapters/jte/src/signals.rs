@@ -13,7 +13,7 @@
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known;
-use patchbay_signal::{Object, Signal, now_ms};
+use patchbay_signal::{Object, Signal, SmallString, now_ms};
 use serde_json::Value;
 
 use crate::parser::{JteCommand, JteEvent, JteParser, OSC_TO_TERMINAL};
@@ -61,7 +61,7 @@ pub fn command_signal(source: &str, command: &JteCommand, timestamp: i64) -> Sig
     });
     meta.extend(fields);
     let mut signal = Signal::new(kind, source, payload).at(timestamp);
-    signal.correlation_id = correlation;
+    signal.correlation_id = correlation.map(Into::into);
     if !meta.is_empty() {
         signal.metadata = Some(meta.into());
     }
@@ -74,7 +74,7 @@ pub fn command_signal(source: &str, command: &JteCommand, timestamp: i64) -> Sig
 /// OSC number are echoes (see [`JteDecoder`]) and are skipped.
 #[derive(Debug, Clone)]
 pub struct JteSignals {
-    source: String,
+    source: SmallString,
     accept_osc: u16,
     last_timestamp: i64,
     echoes: u64,
@@ -82,7 +82,7 @@ pub struct JteSignals {
 
 impl JteSignals {
     /// Signals from `source`, accepting program→terminal commands (OSC 23198).
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         JteSignals {
             source: source.into(),
             accept_osc: OSC_TO_TERMINAL,
@@ -143,12 +143,12 @@ pub struct JteDecoder {
 
 impl JteDecoder {
     /// A decoder with the default payload limit.
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         Self::with_parser(source, JteParser::new())
     }
 
     /// A decoder using `parser` (e.g. one with another payload limit).
-    pub fn with_parser(source: impl Into<String>, parser: JteParser) -> Self {
+    pub fn with_parser(source: impl Into<SmallString>, parser: JteParser) -> Self {
         JteDecoder {
             parser,
             signals: JteSignals::new(source),

@@ -214,7 +214,7 @@ pub fn control_for(frame: &str, name: &str) -> Option<Signal> {
         .to_owned();
     let mut signal = Signal::new(kind, source, payload);
     if let Some(id) = obj.get("id").and_then(Value::as_str) {
-        signal.id = id.to_owned();
+        signal.id = id.into();
     }
     Some(signal)
 }

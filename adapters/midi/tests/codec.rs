@@ -264,7 +264,7 @@ zz 12
     decoder.finish(&mut out);
     let kinds: Vec<(bool, String)> = out
         .iter()
-        .map(|d| (d.is_bad(), d.clone().into_signal().kind))
+        .map(|d| (d.is_bad(), d.clone().into_signal().kind.into()))
         .collect();
     assert_eq!(
         kinds,
@@ -322,7 +322,7 @@ fn parse_is_split_insensitive() {
             o.iter()
                 .map(|d| {
                     let s = d.clone().into_signal();
-                    (d.is_bad(), s.kind, s.payload.into())
+                    (d.is_bad(), s.kind.into(), s.payload.into())
                 })
                 .collect()
         };

@@ -3,7 +3,7 @@
 
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{ErrorPayload, Payload, Severity, as_count, tool_call_arguments};
-use patchbay_signal::{Object, Signal, is_informative, next_id, now_ms, take_str};
+use patchbay_signal::{Object, Signal, SmallString, is_informative, next_id, now_ms, take_str};
 use serde_json::Value;
 
 /// The data line that ends a stream.
@@ -48,7 +48,7 @@ fn finish_succeeded(reason: &str) -> bool {
 ///   so nothing is lost. OpenAI's `obfuscation` padding is dropped.
 #[derive(Debug, Clone)]
 pub struct ChatDecoder {
-    source: String,
+    source: SmallString,
     stream: StreamState,
     last_ts: i64,
     done: bool,
@@ -91,7 +91,7 @@ const LEGACY_SLOT: u64 = u64::MAX;
 
 impl ChatDecoder {
     /// A decoder whose signals have source `source` (e.g. `openai:ollama`).
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         ChatDecoder {
             source: source.into(),
             stream: StreamState::default(),
@@ -296,16 +296,16 @@ impl ChatDecoder {
         self.stream
             .model
             .clone()
-            .unwrap_or_else(|| self.source.clone())
+            .unwrap_or_else(|| self.source.to_string())
     }
 
     fn signal(&self, kind: &str, payload: Object, ts: i64) -> Signal {
         Signal {
             id: next_id(),
-            kind: kind.to_owned(),
+            kind: kind.into(),
             timestamp: ts,
             source: self.source.clone(),
-            correlation_id: self.stream.id.clone(),
+            correlation_id: self.stream.id.as_deref().map(SmallString::from),
             metadata: None,
             payload: payload.into(),
         }
@@ -649,7 +649,7 @@ impl ChatDecoder {
             .stream
             .id
             .clone()
-            .unwrap_or_else(|| self.source.clone());
+            .unwrap_or_else(|| self.source.to_string());
         let mut payload = Object::with_capacity(4);
         payload.insert("taskId".into(), Value::String(task_id));
         payload.insert("agentId".into(), Value::String(self.agent_id()));

@@ -105,7 +105,7 @@ impl Envelope {
     fn apply(&self, mut signal: Signal) -> Signal {
         signal.timestamp = self.timestamp;
         if let Some(c) = &self.correlation {
-            signal.correlation_id = Some(c.clone());
+            signal.correlation_id = Some(c.into());
         }
         for (k, v) in &self.metadata {
             signal

@@ -63,7 +63,7 @@ pub struct OutgoingRequest {
 /// The protocol has no verb for `control.pause`, `control.step`, `control.continue`,
 /// `control.arm` or `control.quit`: those, and any other type, are refused.
 pub fn encode_control(signal: &Signal, runs: &RunTracker) -> Result<OutgoingRequest, EncodeError> {
-    encode_control_with_id(signal, runs, next_id())
+    encode_control_with_id(signal, runs, next_id().into())
 }
 
 /// [`encode_control`] with a given request id.
@@ -90,7 +90,7 @@ fn string_field(signal: &Signal, field: &'static str) -> Result<Option<String>, 
         Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
         None | Some(Value::Null) => Ok(None),
         Some(_) => Err(EncodeError::InvalidField {
-            kind: signal.kind.clone(),
+            kind: signal.kind.to_string(),
             field,
             expected: "a non-empty string",
         }),
@@ -129,20 +129,20 @@ fn resolve_params(signal: &Signal) -> Result<(&'static str, Value), EncodeError>
         Some(Value::String(id)) if !id.is_empty() => id.clone(),
         None | Some(Value::Null) => {
             return Err(EncodeError::MissingField {
-                kind: signal.kind.clone(),
+                kind: signal.kind.to_string(),
                 field: "promptId",
             });
         }
         Some(_) => {
             return Err(EncodeError::InvalidField {
-                kind: signal.kind.clone(),
+                kind: signal.kind.to_string(),
                 field: "promptId",
                 expected: "a non-empty string",
             });
         }
     };
     let invalid = |field, expected| EncodeError::InvalidField {
-        kind: signal.kind.clone(),
+        kind: signal.kind.to_string(),
         field,
         expected,
     };
@@ -162,7 +162,7 @@ fn resolve_params(signal: &Signal) -> Result<(&'static str, Value), EncodeError>
             Some(Value::String(d)) if d == "deny" => "deny",
             None => {
                 return Err(EncodeError::MissingField {
-                    kind: signal.kind.clone(),
+                    kind: signal.kind.to_string(),
                     field: "value",
                 });
             }

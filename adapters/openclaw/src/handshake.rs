@@ -245,7 +245,7 @@ impl Handshake {
 
     /// Handles one incoming frame, with a fresh request id for `connect`.
     pub fn on_frame(&mut self, frame: &Value) -> Option<HandshakeStep> {
-        self.on_frame_with_id(frame, next_id)
+        self.on_frame_with_id(frame, || next_id().into())
     }
 
     /// [`Handshake::on_frame`] with the request id from `new_id` (deterministic tests).

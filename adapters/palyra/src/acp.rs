@@ -149,7 +149,7 @@ impl AcpRequest {
     /// idempotency key (so Palyra applies it at most once).
     pub fn retry(&self) -> AcpRequest {
         AcpRequest {
-            request_id: next_id(),
+            request_id: next_id().into(),
             ..self.clone()
         }
     }
@@ -213,7 +213,7 @@ impl AcpCommander {
         if let Some(run) = &signal.correlation_id
             && !run.is_empty()
         {
-            self.last_run = Some(run.clone());
+            self.last_run = Some(run.to_string());
         }
     }
 
@@ -225,7 +225,7 @@ impl AcpCommander {
     /// The ACP command for a control signal (see the module docs).
     pub fn encode(&self, signal: &Signal) -> Result<AcpRequest, EncodeError> {
         if !control::is_control(&signal.kind) {
-            return Err(EncodeError::NotControl(signal.kind.clone()));
+            return Err(EncodeError::NotControl(signal.kind.to_string()));
         }
         let (command, params, run_id) = match signal.kind.as_str() {
             control::CANCEL | control::INTERRUPT => {
@@ -246,9 +246,9 @@ impl AcpCommander {
             client: self.client.clone(),
             command: command.to_owned(),
             params,
-            request_id: next_id(),
+            request_id: next_id().into(),
             idempotency_key: idempotency_key(&signal.id),
-            control_id: signal.id.clone(),
+            control_id: signal.id.to_string(),
             run_id,
         })
     }

@@ -54,7 +54,7 @@ use patchbay_signal::decode::{
 };
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{self, AgentState};
-use patchbay_signal::{Object, Signal, now_ms, take_str};
+use patchbay_signal::{Object, Signal, SmallString, now_ms, take_str};
 use serde_json::Value;
 
 use crate::envelope::{command_result_signal, str_field};
@@ -123,7 +123,7 @@ struct Frame {
 /// Decoder for Palyra's console run stream and realtime frames (see the module docs).
 #[derive(Debug)]
 pub struct PalyraDecoder {
-    source: String,
+    source: SmallString,
     texts: JsonTexts,
     runs: Runs,
     resume: RealtimeResume,
@@ -137,7 +137,7 @@ pub struct PalyraDecoder {
 
 impl PalyraDecoder {
     /// A decoder whose signals have `source` as their source (and `agentId`).
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         PalyraDecoder {
             source: source.into(),
             texts: JsonTexts::new(MAX_LINE),
@@ -678,7 +678,7 @@ impl PalyraDecoder {
         let index = state.next_index;
         state.next_index += 1;
         let mut payload = Object::new();
-        payload.insert("agentId".into(), Value::String(self.source.clone()));
+        payload.insert("agentId".into(), Value::from(&self.source));
         payload.insert("content".into(), Value::String(content));
         payload.insert("index".into(), Value::from(index));
         self.emit(out, "text_delta", payload, run, frame, body);
@@ -750,7 +750,7 @@ impl PalyraDecoder {
         }
         let mut payload = Object::new();
         payload.insert("toolName".into(), Value::String(tool_name));
-        payload.insert("agentId".into(), Value::String(self.source.clone()));
+        payload.insert("agentId".into(), Value::from(&self.source));
         if let Some(call_id) = call_id {
             payload.insert("callId".into(), Value::String(call_id));
         }
@@ -790,7 +790,7 @@ impl PalyraDecoder {
         let output = wrap_json(body.remove("output_json"));
         let mut payload = Object::new();
         payload.insert("toolName".into(), Value::String(tool_name));
-        payload.insert("agentId".into(), Value::String(self.source.clone()));
+        payload.insert("agentId".into(), Value::from(&self.source));
         if let Some(call_id) = call_id {
             payload.insert("callId".into(), Value::String(call_id));
         }
@@ -814,7 +814,7 @@ impl PalyraDecoder {
         let from = state.state;
         state.state = to;
         let mut payload = Object::new();
-        payload.insert("agentId".into(), Value::String(self.source.clone()));
+        payload.insert("agentId".into(), Value::from(&self.source));
         payload.insert("from".into(), Value::String(state_name(from).into()));
         payload.insert("to".into(), Value::String(state_name(to).into()));
         if let Some(reason) = reason {

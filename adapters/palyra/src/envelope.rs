@@ -62,7 +62,7 @@ pub(crate) fn command_result_signal(
     };
     signal.timestamp = ts;
     if let Some(run) = run {
-        signal.correlation_id = Some(run);
+        signal.correlation_id = Some(run.into());
     }
     well_known::repair(&mut signal);
     signal

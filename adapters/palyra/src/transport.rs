@@ -493,7 +493,7 @@ async fn send_command(
     let mut signal = Signal::new("error", source, payload)
         .with_meta("control_id", json!(request.control_id))
         .with_meta("idempotency_key", json!(request.idempotency_key));
-    signal.correlation_id = request.run_id.clone();
+    signal.correlation_id = request.run_id.as_deref().map(Into::into);
     Decoded::Signal(signal)
 }
 

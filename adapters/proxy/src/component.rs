@@ -229,7 +229,7 @@ async fn prompt(
     text: &str,
     emitter: &Emitter,
 ) -> Result<(), String> {
-    let correlation = next_id();
+    let correlation: String = next_id().into();
     let model = signal
         .payload
         .get("model")
@@ -240,7 +240,7 @@ async fn prompt(
     let endpoint = api.endpoint(&config.url);
     let dispatch = TaskDispatch {
         task_id: correlation.clone(),
-        from: signal.source.clone(),
+        from: signal.source.to_string(),
         to: model.clone(),
         description: Some(truncate(text, DESCRIPTION_MAX)),
     }

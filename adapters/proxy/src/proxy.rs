@@ -239,7 +239,7 @@ async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Resp
         .path_and_query()
         .map_or(path.as_str(), |p| p.as_str());
     let url = format!("{}{}", state.upstream, path_and_query);
-    let request_id = next_id();
+    let request_id: String = next_id().into();
     let tapped = parts.method == axum::http::Method::POST && state.api.is_generation(&path);
     let summary = if tapped {
         RequestSummary::read(&body)

@@ -262,7 +262,7 @@ impl Tap {
         }
         .into_signal(self.source.clone());
         if let Some(correlation) = &self.correlation {
-            signal.correlation_id = Some(correlation.clone());
+            signal.correlation_id = Some(correlation.into());
         }
         signal
     }
@@ -291,9 +291,9 @@ impl Tap {
             if let Some(own) = signal.correlation_id.take().filter(|c| c != correlation) {
                 signal
                     .metadata_mut()
-                    .insert("streamId".into(), Value::String(own));
+                    .insert("streamId".into(), Value::from(own));
             }
-            signal.correlation_id = Some(correlation.clone());
+            signal.correlation_id = Some(correlation.into());
         }
         self.emitter.send(decoded);
     }

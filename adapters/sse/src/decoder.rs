@@ -1,9 +1,9 @@
 //! The generic SSE source decoder: each event's `data` is a generic JSON envelope (or any
 //! JSON), decoded by [`Normalizer`].
 
-use patchbay_signal::Signal;
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::{Decoded, Normalizer};
+use patchbay_signal::{Signal, SmallString};
 use serde_json::Value;
 
 use crate::parser::{SseEvent, SseEventRef, SseParser};
@@ -28,7 +28,7 @@ pub struct SseDecoder {
 
 impl SseDecoder {
     /// A decoder whose signals default to `source`.
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         SseDecoder {
             parser: SseParser::new(),
             normalizer: Normalizer::new(source),

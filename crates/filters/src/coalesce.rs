@@ -135,7 +135,7 @@ pub struct Coalesce {
 impl Coalesce {
     /// The text of a signal that can be part of a run.
     fn text<'a>(&self, signal: &'a Signal) -> Option<&'a str> {
-        if !self.settings.types.contains(&signal.kind) {
+        if !self.settings.types.iter().any(|t| signal.kind == *t) {
             return None;
         }
         match self.settings.field.get(signal)? {

@@ -7,7 +7,7 @@ use patchbay_graph::{Diagnostic, Emit, Filter, FilterSpec, Options};
 use patchbay_signal::normalize::{Normalizer, RAW_KEEP};
 use patchbay_signal::path::Path;
 use patchbay_signal::well_known::{self, ErrorPayload, Payload, Severity};
-use patchbay_signal::{Object, SharedSignal, Signal, next_id, truncate};
+use patchbay_signal::{Object, SharedSignal, Signal, SmallString, next_id, truncate};
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, Error as _, MapAccess, Visitor};
 use serde_json::{Number, Value};
@@ -407,7 +407,7 @@ impl Settings {
             }
         }
         if let Some(kind) = &self.set_type {
-            signal.kind.clone_from(kind);
+            signal.kind = kind.into();
         }
         if let Some(scale) = &self.scale {
             let scaled = scale
@@ -451,7 +451,7 @@ impl Settings {
     /// Replaces `input` by the outputs of `expr`.
     fn run_expr(&self, expr: &JqExpr, input: &Signal, original: SharedSignal, emit: &mut Emit) {
         let outputs = expr.outputs(input, MAX_OUTPUTS + 1);
-        let mut ids: Vec<String> = Vec::new();
+        let mut ids: Vec<SmallString> = Vec::new();
         let mut produced = 0usize;
         for (i, output) in outputs.into_iter().enumerate() {
             if i == MAX_OUTPUTS {
@@ -493,10 +493,10 @@ impl Settings {
 /// A jq output object as a signal: required envelope fields it lacks come from `input`.
 fn envelope(mut object: Object, input: &Signal) -> Signal {
     let defaults = [
-        ("id", Value::String(input.id.clone())),
-        ("type", Value::String(input.kind.clone())),
+        ("id", Value::from(&input.id)),
+        ("type", Value::from(&input.kind)),
         ("timestamp", Value::from(input.timestamp)),
-        ("source", Value::String(input.source.clone())),
+        ("source", Value::from(&input.source)),
     ];
     for (field, value) in defaults {
         if !object.contains_key(field) {

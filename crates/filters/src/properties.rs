@@ -53,16 +53,16 @@ fn random_signals(rng: &mut Rng, count: usize, resets: bool) -> Vec<Signal> {
 
 /// Every input comes out exactly once (on the main or the dropped port).
 fn assert_conserved(spec: &FilterSpec, signals: Vec<Signal>, what: &str) {
-    let ids: Vec<String> = signals.iter().map(|s| s.id.clone()).collect();
+    let ids: Vec<String> = signals.iter().map(|s| s.id.to_string()).collect();
     let mut driver = Driver::new(spec);
     let mut seen: HashMap<String, usize> = HashMap::new();
     for s in signals {
         for (_, out) in driver.push(s) {
-            *seen.entry(out.id.clone()).or_default() += 1;
+            *seen.entry(out.id.to_string()).or_default() += 1;
         }
     }
     for (_, out) in driver.finish() {
-        *seen.entry(out.id.clone()).or_default() += 1;
+        *seen.entry(out.id.to_string()).or_default() += 1;
     }
     assert_eq!(driver.next_due(), None, "{what}: timers left after flush");
     for id in &ids {

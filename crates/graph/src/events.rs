@@ -233,8 +233,8 @@ mod tests {
         events
             .iter()
             .flat_map(|e| match e {
-                Event::Signal(_, s) => vec![s.kind.clone()],
-                Event::Signals(_, s) => s.iter().map(|s| s.kind.clone()).collect(),
+                Event::Signal(_, s) => vec![s.kind.to_string()],
+                Event::Signals(_, s) => s.iter().map(|s| s.kind.to_string()).collect(),
                 Event::Ended(..) => vec!["end".into()],
             })
             .collect()

@@ -289,10 +289,10 @@ inputs = ["g.dropped"]
     let mut out: Vec<(usize, String)> = Vec::new();
     for kind in ["keep", "other", "keep"] {
         let s = Arc::new(Signal::new(kind, "t", Default::default()));
-        engine.push(0, s, 0, &mut |o, s| out.push((o, s.kind.clone())));
+        engine.push(0, s, 0, &mut |o, s| out.push((o, s.kind.to_string())));
     }
     assert_eq!(out, [(4, "other".to_owned()), (3, "keep".to_owned())]);
-    engine.end(0, 0, &mut |o, s| out.push((o, s.kind.clone())));
+    engine.end(0, 0, &mut |o, s| out.push((o, s.kind.to_string())));
     assert_eq!(
         out.len(),
         3,
@@ -351,7 +351,7 @@ outputs = [
     let mut out: Vec<(usize, String)> = Vec::new();
     for kind in ["keep", "other", "keep"] {
         let s = Arc::new(Signal::new(kind, "t", Default::default()));
-        engine.push(0, s, 0, &mut |o, s| out.push((o, s.kind.clone())));
+        engine.push(0, s, 0, &mut |o, s| out.push((o, s.kind.to_string())));
     }
     let (hits, misses) = (2, 3);
     assert_eq!(

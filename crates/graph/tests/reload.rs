@@ -115,7 +115,7 @@ impl Output for Sink {
             cx.started();
             let tx = wires(|w| w.sinks.get(&self.0).cloned()).expect("sink made");
             while let Some(s) = cx.next().await {
-                let _ = tx.send(s.kind.clone());
+                let _ = tx.send(s.kind.to_string());
                 cx.delivered(1);
             }
             let _ = tx.send("end".into());
@@ -130,7 +130,7 @@ struct Seen(HashSet<String>);
 impl Filter for Seen {
     fn on_signal(&mut self, signal: SharedSignal, _now: i64, emit: &mut Emit) {
         assert!(signal.kind != "boom", "boom");
-        if self.0.insert(signal.kind.clone()) {
+        if self.0.insert(signal.kind.to_string()) {
             emit.pass(signal);
         } else {
             emit.drop(signal);

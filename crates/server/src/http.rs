@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use patchbay_graph::{ComponentStats, Refused, SourceContext, Telemetry};
+use patchbay_signal::SmallString;
 use patchbay_signal::normalize::Normalizer;
 use serde::Deserialize;
 use serde_json::json;
@@ -579,7 +580,7 @@ impl Ingest {
         // with room for as many.
         self.signals.reserve(batch);
         if let Some(why) = emitted.refused {
-            let ids: Vec<String> = self.signals.drain(..).map(|s| s.id.clone()).collect();
+            let ids: Vec<SmallString> = self.signals.drain(..).map(|s| s.id.clone()).collect();
             let frame = json!({
                 "kind": "error",
                 "message": refusal_message(why),
@@ -779,7 +780,7 @@ async fn post_signal(
         }
     };
     let total = signals.len();
-    let ids: Vec<String> = signals.iter().map(|s| s.id.clone()).collect();
+    let ids: Vec<SmallString> = signals.iter().map(|s| s.id.clone()).collect();
     let emitted = inbound
         .emit_batch_within(&mut signals, state.settings.ingest_timeout)
         .await;

@@ -217,7 +217,7 @@ pub struct NdjsonDecoder {
 
 impl NdjsonDecoder {
     /// A decoder whose signals default to `source`, refusing lines over `max_line` bytes.
-    pub fn new(source: impl Into<String>, max_line: usize) -> Self {
+    pub fn new(source: impl Into<crate::SmallString>, max_line: usize) -> Self {
         NdjsonDecoder {
             lines: LineSplitter::new(max_line),
             normalizer: Normalizer::new(source),

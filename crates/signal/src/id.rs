@@ -3,6 +3,8 @@
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::SmallString;
+
 const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 struct Generator {
@@ -17,7 +19,7 @@ static GENERATOR: Mutex<Generator> = Mutex::new(Generator {
 
 /// A new signal id: a ULID (48-bit millisecond time + 80 bits), strictly increasing within
 /// the process, so ids sort by creation time and never repeat.
-pub fn next_id() -> String {
+pub fn next_id() -> SmallString {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -27,7 +29,7 @@ pub fn next_id() -> String {
 
 /// [`next_id`] with the clock already read (`now`, epoch milliseconds), for a caller that
 /// stamps the signal with the same reading.
-pub(crate) fn next_id_at(now: u64) -> String {
+pub(crate) fn next_id_at(now: u64) -> SmallString {
     let (ms, random) = {
         let mut g = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
         if now > g.last_ms {
@@ -57,14 +59,14 @@ fn seed(ms: u64) -> u128 {
     ((next() as u128) << 64) | next() as u128
 }
 
-fn encode(mut value: u128) -> String {
+fn encode(mut value: u128) -> SmallString {
     let mut out = [0u8; 26];
     for slot in out.iter_mut().rev() {
         *slot = ALPHABET[(value & 31) as usize];
         value >>= 5;
     }
     // The alphabet is ASCII.
-    std::str::from_utf8(&out).unwrap_or_default().to_owned()
+    std::str::from_utf8(&out).unwrap_or_default().into()
 }
 
 #[cfg(test)]
@@ -73,7 +75,7 @@ mod tests {
 
     #[test]
     fn ids_are_unique_and_sorted() {
-        let ids: Vec<String> = (0..10_000).map(|_| next_id()).collect();
+        let ids: Vec<SmallString> = (0..10_000).map(|_| next_id()).collect();
         for pair in ids.windows(2) {
             assert!(pair[0] < pair[1], "{} !< {}", pair[0], pair[1]);
         }

@@ -14,6 +14,7 @@ mod id;
 pub mod normalize;
 pub mod path;
 pub mod payload;
+mod small_string;
 pub mod well_known;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use serde_json::{Map, Value};
 
 pub use id::next_id;
 pub use payload::LazyObject;
+pub use small_string::SmallString;
 
 /// A JSON object, as used for payloads and metadata.
 pub type Object = Map<String, Value>;
@@ -73,22 +75,22 @@ pub type SharedSignal = Arc<Signal>;
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct Signal {
     /// Unique per patchbay process and sortable by creation time (see [`next_id`]).
-    pub id: String,
+    pub id: SmallString,
     /// The signal type: a well-known type (`text_delta`, …), a MIDI or control type, or
     /// any other string (the protocol is open).
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: SmallString,
     /// Epoch milliseconds.
     pub timestamp: i64,
     /// The node that produced the signal, `<adapter>:<name>` by convention.
-    pub source: String,
+    pub source: SmallString,
     /// Groups the signals of one episode (a completion, a run, a session).
     #[serde(
         rename = "correlationId",
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub correlation_id: Option<String>,
+    pub correlation_id: Option<SmallString>,
     /// Adapter extras that the payload schema does not allow. Read and changed as an
     /// [`Object`]; like the payload, metadata that arrived as compact JSON keeps its text
     /// until something reads it.
@@ -117,7 +119,11 @@ impl Clone for Signal {
 
 impl Signal {
     /// A new signal with a fresh id and the current wall-clock time.
-    pub fn new(kind: impl Into<String>, source: impl Into<String>, payload: Object) -> Self {
+    pub fn new(
+        kind: impl Into<SmallString>,
+        source: impl Into<SmallString>,
+        payload: Object,
+    ) -> Self {
         Signal {
             id: next_id(),
             kind: kind.into(),
@@ -136,7 +142,7 @@ impl Signal {
     }
 
     /// Sets the correlation id (builder style).
-    pub fn correlated(mut self, correlation_id: impl Into<String>) -> Self {
+    pub fn correlated(mut self, correlation_id: impl Into<SmallString>) -> Self {
         self.correlation_id = Some(correlation_id.into());
         self
     }

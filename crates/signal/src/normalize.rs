@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 use crate::id::next_id_at;
 use crate::payload::{canonical_object_len, canonical_object_len_visiting, plain_len};
 use crate::well_known::{self, ErrorPayload, Fit, Payload, Severity};
-use crate::{LazyObject, Object, Signal, now_ms, truncate};
+use crate::{LazyObject, Object, Signal, SmallString, now_ms, truncate};
 
 /// How much of a bad frame is kept in `metadata.raw`.
 pub const RAW_KEEP: usize = 512;
@@ -51,7 +51,7 @@ impl Decoded {
 /// A generic JSON decoder for one source.
 #[derive(Debug, Clone)]
 pub struct Normalizer {
-    source: String,
+    source: SmallString,
     last_timestamp: i64,
     /// The clock reading made-up ids and timestamps get: per signal, or shared by a batch
     /// (see [`Normalizer::start_batch`]).
@@ -62,7 +62,7 @@ pub struct Normalizer {
 
 impl Normalizer {
     /// A decoder whose signals, when they name no `source`, get `source`.
-    pub fn new(source: impl Into<String>) -> Self {
+    pub fn new(source: impl Into<SmallString>) -> Self {
         Normalizer {
             source: source.into(),
             last_timestamp: 0,
@@ -195,8 +195,8 @@ impl Normalizer {
         // `metadata.unknown` as the producer wrote them).
         let fields = Fields {
             kind: match obj.shift_remove("type") {
-                Some(Value::String(s)) => s,
-                _ => String::new(),
+                Some(Value::String(s)) => s.into(),
+                _ => SmallString::new(),
             },
             id: obj.shift_remove("id").map(Scalar::from),
             timestamp: obj.shift_remove("timestamp").map(Scalar::from),
@@ -233,9 +233,9 @@ impl Normalizer {
         let mut now = || self.now();
         let id = match id {
             Some(Scalar::Str(s)) if !s.is_empty() => s,
-            Some(Scalar::Int(n)) => n.to_string(),
+            Some(Scalar::Int(n)) => n.to_string().into(),
             Some(other) => match Value::from(other) {
-                Value::Number(n) => n.to_string(),
+                Value::Number(n) => n.to_string().into(),
                 other => {
                     unknown.push(("id".into(), other));
                     next_id_at(now().max(0) as u64)
@@ -262,14 +262,18 @@ impl Normalizer {
             }
             None => self.source.clone(),
         };
-        let correlation_id = match correlation_id.map(Value::from) {
-            Some(Value::String(s)) => Some(s),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            Some(Value::Null) | None => None,
-            Some(other) => {
-                unknown.push(("correlationId".into(), other));
-                None
-            }
+        let correlation_id = match correlation_id {
+            Some(Scalar::Str(s)) => Some(s),
+            Some(Scalar::Int(n)) => Some(n.to_string().into()),
+            None => None,
+            Some(Scalar::Other(other)) => match *other {
+                Value::Number(n) => Some(n.to_string().into()),
+                Value::Null => None,
+                other => {
+                    unknown.push(("correlationId".into(), other));
+                    None
+                }
+            },
         };
         let mut metadata = match metadata {
             Some(ObjectField::Text(m)) => Some(m),
@@ -397,10 +401,10 @@ fn plain_envelope_fields(text: &str, fields: &mut Fields) -> Option<()> {
                 let (value, after) = plain_string(text, at)?;
                 at = after;
                 match key {
-                    Key::Type => kind = Some(value.to_owned()),
-                    Key::Id => fields.id = Some(Scalar::Str(value.to_owned())),
-                    Key::Source => fields.source = Some(Scalar::Str(value.to_owned())),
-                    _ => fields.correlation_id = Some(Scalar::Str(value.to_owned())),
+                    Key::Type => kind = Some(SmallString::from(value)),
+                    Key::Id => fields.id = Some(Scalar::Str(value.into())),
+                    Key::Source => fields.source = Some(Scalar::Str(value.into())),
+                    _ => fields.correlation_id = Some(Scalar::Str(value.into())),
                 }
             }
         }
@@ -450,7 +454,7 @@ fn plain_integer(bytes: &[u8], at: usize) -> Option<(i64, usize)> {
 #[derive(Default)]
 #[cfg_attr(test, derive(Debug, PartialEq))]
 struct Fields {
-    kind: String,
+    kind: SmallString,
     id: Option<Scalar>,
     timestamp: Option<Scalar>,
     source: Option<Scalar>,
@@ -483,7 +487,7 @@ impl ObjectField {
 /// (what the one-pass reading gives), or any other JSON value.
 #[cfg_attr(test, derive(Debug, PartialEq))]
 enum Scalar {
-    Str(String),
+    Str(SmallString),
     Int(i64),
     Other(Box<Value>),
 }
@@ -491,7 +495,7 @@ enum Scalar {
 impl From<Value> for Scalar {
     fn from(value: Value) -> Self {
         match value {
-            Value::String(s) => Scalar::Str(s),
+            Value::String(s) => Scalar::Str(s.into()),
             Value::Number(n) if let Some(i) = n.as_i64() => Scalar::Int(i),
             other => Scalar::Other(Box::new(other)),
         }
@@ -501,7 +505,7 @@ impl From<Value> for Scalar {
 impl From<Scalar> for Value {
     fn from(scalar: Scalar) -> Self {
         match scalar {
-            Scalar::Str(s) => Value::String(s),
+            Scalar::Str(s) => Value::String(s.into()),
             Scalar::Int(i) => Value::from(i),
             Scalar::Other(value) => *value,
         }
@@ -570,7 +574,7 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                 // As when parsing into a `Value`: a repeated field's last value wins.
                 let mut kind = None;
                 let mut fields = Fields {
-                    kind: String::new(),
+                    kind: SmallString::new(),
                     id: None,
                     timestamp: None,
                     source: None,
@@ -612,7 +616,10 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                     }
                 }
                 Ok(TopLevel(match kind {
-                    Some(Value::String(kind)) => Some(Fields { kind, ..fields }),
+                    Some(Value::String(kind)) => Some(Fields {
+                        kind: kind.into(),
+                        ..fields
+                    }),
                     _ => None,
                 }))
             }
@@ -850,8 +857,8 @@ mod tests {
             let (mut slow, mut fast) = (slow, fast);
             if text.contains(r#""id":"""#) {
                 // A fresh id each time.
-                slow.id.clear();
-                fast.id.clear();
+                slow.id = SmallString::new();
+                fast.id = SmallString::new();
             }
             if text.contains(r#""timestamp":"soon""#) {
                 // The time of decoding, read twice: a millisecond may pass between.
@@ -908,8 +915,8 @@ mod tests {
         assert_eq!(s.payload, tree.payload);
         assert!(s.to_json().ends_with(&format!(r#","payload":{payload}}}"#)));
         assert_eq!(
-            s.to_json().replace(&s.id, ""),
-            tree.to_json().replace(&tree.id, "")
+            s.to_json().replace(s.id.as_str(), ""),
+            tree.to_json().replace(tree.id.as_str(), "")
         );
 
         // An invalid one is repaired on its tree, as before.

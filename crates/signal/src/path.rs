@@ -219,7 +219,7 @@ impl Path {
             }
             Root::CorrelationId => {
                 return if self.segments.is_empty() {
-                    signal.correlation_id.take().map(Value::String)
+                    signal.correlation_id.take().map(Value::from)
                 } else {
                     None
                 };
@@ -262,9 +262,9 @@ impl Path {
         }
         let map = match self.root {
             Root::Id | Root::Type | Root::Source | Root::CorrelationId => {
-                let s = match value {
-                    Value::String(s) => s,
-                    Value::Number(n) => n.to_string(),
+                let s: crate::SmallString = match value {
+                    Value::String(s) => s.into(),
+                    Value::Number(n) => n.to_string().into(),
                     _ => return Err(wrong("a string")),
                 };
                 match self.root {

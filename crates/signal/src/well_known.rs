@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Object, Signal};
+use crate::{Object, Signal, SmallString};
 
 /// A payload type with a well-known signal type.
 pub trait Payload: Serialize {
@@ -27,7 +27,7 @@ pub trait Payload: Serialize {
     }
 
     /// A signal of this type from `source`, with a fresh id and the current time.
-    fn into_signal(self, source: impl Into<String>) -> Signal
+    fn into_signal(self, source: impl Into<SmallString>) -> Signal
     where
         Self: Sized,
     {
@@ -624,16 +624,14 @@ pub fn repair(signal: &mut Signal) -> bool {
         && !signal.payload.contains_key("taskId")
         && let Some(c) = &signal.correlation_id
     {
-        signal
-            .payload
-            .insert("taskId".into(), Value::String(c.clone()));
+        signal.payload.insert("taskId".into(), Value::from(c));
     }
     if fields.iter().any(|f| f.name == "agentId" && f.required)
         && !signal.payload.contains_key("agentId")
     {
         signal
             .payload
-            .insert("agentId".into(), Value::String(signal.source.clone()));
+            .insert("agentId".into(), Value::from(&signal.source));
     }
     if !extra.is_empty() {
         let meta = signal.metadata_mut();
@@ -646,7 +644,7 @@ pub fn repair(signal: &mut Signal) -> bool {
     }
     if let Err(reason) = check(&signal.kind, &signal.payload) {
         let kind = std::mem::take(&mut signal.kind);
-        signal.kind = format!("invalid.{kind}");
+        signal.kind = format!("invalid.{kind}").into();
         signal
             .metadata_mut()
             .insert("invalid".into(), Value::String(reason.to_string()));

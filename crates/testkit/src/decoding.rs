@@ -4,9 +4,9 @@
 //! bytes whole, in fixed chunk sizes and at random cut points, and compare the parts of the
 //! signals that do not depend on the clock or the id generator.
 
-use patchbay_signal::Signal;
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
+use patchbay_signal::{Signal, SmallString};
 use serde_json::{Value, json};
 
 /// Feeds `bytes` to `decoder` in pieces whose sizes `sizes` picks (kept between 1 and what
@@ -69,7 +69,7 @@ pub fn kinds(signals: &[Signal]) -> Vec<&str> {
 /// What of a decoded signal must not depend on how the input was split: whether it is bad
 /// input, its type, correlation id, payload and metadata (as JSON text); not the id, nor
 /// the timestamp, which is "now" for frames without a time.
-pub fn comparable(decoded: &Decoded) -> (bool, String, Option<String>, String, String) {
+pub fn comparable(decoded: &Decoded) -> (bool, SmallString, Option<SmallString>, String, String) {
     let bad = decoded.is_bad();
     let s = decoded.clone().into_signal();
     (

@@ -64,7 +64,7 @@ fn one(bytes: &[u8]) -> Signal {
 fn summary(out: &[Decoded]) -> Vec<(String, Value)> {
     out.iter()
         .map(|d| match d {
-            Decoded::Signal(s) => (s.kind.clone(), Value::Object(s.payload.clone())),
+            Decoded::Signal(s) => (s.kind.to_string(), Value::Object(s.payload.clone())),
             Decoded::BadInput(s) => ("BAD".to_owned(), s.meta("raw").cloned().unwrap_or_default()),
         })
         .collect()
@@ -665,7 +665,7 @@ fn comparable(out: &[Decoded]) -> Vec<(bool, String, i64, Object, Option<Object>
             let s = d.clone().into_signal();
             (
                 bad,
-                s.kind,
+                s.kind.into(),
                 s.timestamp,
                 s.payload.into(),
                 s.metadata.map(Into::into),

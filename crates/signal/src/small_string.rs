@@ -1,0 +1,312 @@
+//! [`SmallString`]: the envelope's short strings (`id`, `type`, `source`,
+//! `correlationId`) without an allocation when they are short.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::ops::Deref;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The longest text kept inline: a patchbay id (26 bytes) and the usual types and source
+/// names fit.
+const INLINE: usize = 30;
+
+/// An immutable string that keeps up to 30 bytes inline and longer text on the heap.
+///
+/// The envelope's `id`, `type`, `source` and `correlationId` are almost always short; kept
+/// inline they cost no allocation (and no free) per signal. It reads as a `&str` (it
+/// dereferences to one and compares with `str` and `String`) and is made from either with
+/// `into()`.
+///
+/// ```
+/// use patchbay_signal::SmallString;
+/// let kind = SmallString::from("text_delta");
+/// assert_eq!(kind, "text_delta");
+/// assert!(kind.starts_with("text"));
+/// assert_eq!(SmallString::from("x".repeat(40)).len(), 40);
+/// ```
+#[derive(Clone)]
+pub struct SmallString(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// `bytes[..len]` is the text, whole UTF-8 (it was copied from a `&str`).
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE],
+    },
+    Heap(Box<str>),
+}
+
+impl SmallString {
+    /// The empty string.
+    pub const fn new() -> Self {
+        SmallString(Repr::Inline {
+            len: 0,
+            bytes: [0; INLINE],
+        })
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            Repr::Inline { len, bytes } => {
+                let text = &bytes[..*len as usize];
+                // Safety: `Inline` is only built by `From<&str>` from the bytes of a whole
+                // `&str` (the length is checked there), so `text` is valid UTF-8. Checking
+                // it again on every read would cost what inline storage saves.
+                #[allow(unsafe_code)]
+                unsafe {
+                    std::str::from_utf8_unchecked(text)
+                }
+            }
+            Repr::Heap(text) => text,
+        }
+    }
+}
+
+impl Default for SmallString {
+    fn default() -> Self {
+        SmallString::new()
+    }
+}
+
+impl Deref for SmallString {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for SmallString {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl Borrow<str> for SmallString {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<&str> for SmallString {
+    fn from(text: &str) -> Self {
+        if text.len() <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[..text.len()].copy_from_slice(text.as_bytes());
+            SmallString(Repr::Inline {
+                len: text.len() as u8,
+                bytes,
+            })
+        } else {
+            SmallString(Repr::Heap(text.into()))
+        }
+    }
+}
+
+impl From<&String> for SmallString {
+    fn from(text: &String) -> Self {
+        SmallString::from(text.as_str())
+    }
+}
+
+impl From<&SmallString> for SmallString {
+    fn from(text: &SmallString) -> Self {
+        text.clone()
+    }
+}
+
+impl From<String> for SmallString {
+    fn from(text: String) -> Self {
+        if text.len() <= INLINE {
+            SmallString::from(text.as_str())
+        } else {
+            SmallString(Repr::Heap(text.into_boxed_str()))
+        }
+    }
+}
+
+impl From<Box<str>> for SmallString {
+    fn from(text: Box<str>) -> Self {
+        if text.len() <= INLINE {
+            SmallString::from(&*text)
+        } else {
+            SmallString(Repr::Heap(text))
+        }
+    }
+}
+
+impl From<std::borrow::Cow<'_, str>> for SmallString {
+    fn from(text: std::borrow::Cow<'_, str>) -> Self {
+        match text {
+            std::borrow::Cow::Borrowed(text) => text.into(),
+            std::borrow::Cow::Owned(text) => text.into(),
+        }
+    }
+}
+
+impl From<SmallString> for String {
+    fn from(text: SmallString) -> Self {
+        match text.0 {
+            Repr::Heap(text) => text.into_string(),
+            Repr::Inline { .. } => text.as_str().to_owned(),
+        }
+    }
+}
+
+impl From<SmallString> for serde_json::Value {
+    fn from(text: SmallString) -> Self {
+        serde_json::Value::String(text.into())
+    }
+}
+
+impl From<&SmallString> for serde_json::Value {
+    fn from(text: &SmallString) -> Self {
+        serde_json::Value::String(text.as_str().to_owned())
+    }
+}
+
+impl PartialEq for SmallString {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for SmallString {}
+
+impl PartialEq<str> for SmallString {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for SmallString {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for SmallString {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<serde_json::Value> for SmallString {
+    fn eq(&self, other: &serde_json::Value) -> bool {
+        other.as_str() == Some(self.as_str())
+    }
+}
+
+impl PartialEq<SmallString> for str {
+    fn eq(&self, other: &SmallString) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<SmallString> for &str {
+    fn eq(&self, other: &SmallString) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl PartialEq<SmallString> for String {
+    fn eq(&self, other: &SmallString) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialOrd for SmallString {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SmallString {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl Hash for SmallString {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+impl fmt::Debug for SmallString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for SmallString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.as_str(), f)
+    }
+}
+
+impl Serialize for SmallString {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for SmallString {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = SmallString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<SmallString, E> {
+                Ok(text.into())
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<SmallString, E> {
+                Ok(text.into())
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_and_long_text_read_back_as_made() {
+        for text in [
+            "",
+            "a",
+            "é",
+            &"x".repeat(INLINE),
+            &"y".repeat(INLINE + 1),
+            "日本語のテキスト、長めのもの",
+        ] {
+            let s = SmallString::from(text);
+            assert_eq!(s, text);
+            assert_eq!(SmallString::from(text.to_owned()), s);
+            assert_eq!(String::from(s.clone()), text);
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(serde_json::from_str::<SmallString>(&json).unwrap(), s);
+        }
+        assert!(matches!(
+            SmallString::from("x".repeat(INLINE)).0,
+            Repr::Inline { .. }
+        ));
+        assert!(matches!(
+            SmallString::from("x".repeat(INLINE + 1)).0,
+            Repr::Heap(_)
+        ));
+    }
+
+    #[test]
+    fn is_as_big_as_four_words() {
+        assert_eq!(std::mem::size_of::<SmallString>(), 32);
+        assert_eq!(std::mem::size_of::<Option<SmallString>>(), 32);
+    }
+}
