@@ -65,8 +65,8 @@ fn encode(mut value: u128) -> SmallString {
         *slot = ALPHABET[(value & 31) as usize];
         value >>= 5;
     }
-    // The alphabet is ASCII.
-    std::str::from_utf8(&out).unwrap_or_default().into()
+    // The alphabet is ASCII, and 26 bytes fit inline.
+    SmallString::from_ascii(&out).unwrap_or_default()
 }
 
 #[cfg(test)]

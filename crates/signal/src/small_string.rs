@@ -31,7 +31,7 @@ pub struct SmallString(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    /// `bytes[..len]` is the text, whole UTF-8 (it was copied from a `&str`).
+    /// `bytes[..len]` is the text, whole UTF-8 (copied from a `&str`, or ASCII).
     Inline {
         len: u8,
         bytes: [u8; INLINE],
@@ -48,14 +48,28 @@ impl SmallString {
         })
     }
 
+    /// `bytes` as text when they are ASCII and fit inline: a cheaper check than UTF-8
+    /// validation, for text patchbay writes itself (ids).
+    pub(crate) fn from_ascii(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() > INLINE || !bytes.is_ascii() {
+            return None;
+        }
+        let mut inline = [0; INLINE];
+        inline[..bytes.len()].copy_from_slice(bytes);
+        Some(SmallString(Repr::Inline {
+            len: bytes.len() as u8,
+            bytes: inline,
+        }))
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         match &self.0 {
             Repr::Inline { len, bytes } => {
                 let text = &bytes[..*len as usize];
-                // Safety: `Inline` is only built by `From<&str>` from the bytes of a whole
-                // `&str` (the length is checked there), so `text` is valid UTF-8. Checking
-                // it again on every read would cost what inline storage saves.
+                // Safety: `Inline` is only built from the bytes of a whole `&str` (in
+                // `From<&str>`) or from ASCII (in `from_ascii`), so `text` is valid UTF-8.
+                // Checking it again on every read would cost what inline storage saves.
                 #[allow(unsafe_code)]
                 unsafe {
                     std::str::from_utf8_unchecked(text)
@@ -302,6 +316,13 @@ mod tests {
             SmallString::from("x".repeat(INLINE + 1)).0,
             Repr::Heap(_)
         ));
+    }
+
+    #[test]
+    fn from_ascii_takes_only_ascii_that_fits_inline() {
+        assert_eq!(SmallString::from_ascii(b"01ARZ3NDEK").unwrap(), "01ARZ3NDEK");
+        assert!(SmallString::from_ascii("é".as_bytes()).is_none());
+        assert!(SmallString::from_ascii(&[b'a'; INLINE + 1]).is_none());
     }
 
     #[test]
