@@ -358,11 +358,12 @@ async fn ws_client(
 async fn ws_session(
     state: Shared,
     peer: SocketAddr,
-    socket: WebSocket,
+    // Not split in two halves: reading and writing take turns in this task, and a split
+    // socket locks its half for every frame.
+    mut socket: WebSocket,
     sub: Subscription,
     replay: Replay,
 ) {
-    let (mut tx, mut rx) = socket.split();
     let format = sub.client.format;
     let mut ready = Vec::with_capacity(WRITE_BATCH);
     let mut ingest = Ingest {
@@ -372,18 +373,25 @@ async fn ws_session(
         binary_noted: false,
     };
     if let Some((from, to)) = replay.gap
-        && tx.feed(Message::Text(gap_text(from, to))).await.is_err()
+        && socket
+            .feed(Message::Text(gap_text(from, to)))
+            .await
+            .is_err()
     {
         return;
     }
     // Frames are fed in batches and flushed once: one write for a burst, not one each.
     for chunk in replay.frames.chunks(WRITE_BATCH) {
         for frame in chunk {
-            if tx.feed(Message::Text(frame.text(format))).await.is_err() {
+            if socket
+                .feed(Message::Text(frame.text(format)))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
-        if tx.flush().await.is_err() {
+        if socket.flush().await.is_err() {
             return;
         }
     }
@@ -396,19 +404,19 @@ async fn ws_session(
                     sub.client.take_ready(WRITE_BATCH, &mut ready);
                     let mut cut = None;
                     for out in ready.drain(..) {
-                        if tx.feed(Message::Text(out.text(format))).await.is_err() {
+                        if socket.feed(Message::Text(out.text(format))).await.is_err() {
                             return;
                         }
                         if let Outgoing::Cut(resume_from) = out {
                             cut = Some(resume_from);
                         }
                     }
-                    if tx.flush().await.is_err() {
+                    if socket.flush().await.is_err() {
                         break;
                     }
                     if let Some(resume_from) = cut {
                         tracing::info!(sidecar = %state.name, resume_from, "a client lagged behind a lossless sidecar: cut off, it can resume from the ring");
-                        let _ = tx
+                        let _ = socket
                             .send(Message::Close(Some(CloseFrame {
                                 code: CUT_CLOSE_CODE,
                                 reason: Utf8Bytes::from(cut_reason(resume_from)),
@@ -419,7 +427,7 @@ async fn ws_session(
                 }
                 None => {
                     // The sidecar stopped and this client has everything queued for it.
-                    let _ = tx
+                    let _ = socket
                         .send(Message::Close(Some(CloseFrame {
                             code: GOING_AWAY,
                             reason: Utf8Bytes::from_static("patchbay is shutting down"),
@@ -428,7 +436,7 @@ async fn ws_session(
                     break;
                 }
             },
-            incoming = rx.next() => {
+            incoming = socket.next() => {
                 // Every frame already read from the socket (bounded) goes into the graph in
                 // one hand-over; control flow is decided after that, in order.
                 let mut next = incoming;
@@ -439,14 +447,14 @@ async fn ws_session(
                     match next {
                         None | Some(Ok(Message::Close(_))) => end = Some(Ended::Closed),
                         Some(Ok(Message::Text(text))) => {
-                            end = ingest.frame(&state, &text, &mut tx).await.err();
+                            end = ingest.frame(&state, &text, &mut socket).await.err();
                         }
                         Some(Ok(Message::Binary(bytes))) => {
                             end = match std::str::from_utf8(&bytes) {
-                                Ok(text) => ingest.frame(&state, text, &mut tx).await,
+                                Ok(text) => ingest.frame(&state, text, &mut socket).await,
                                 Err(_) => {
                                     ingest.binary_violation(&state);
-                                    ingest.refuse(&state, "binary frame is not UTF-8 JSON", &mut tx).await
+                                    ingest.refuse(&state, "binary frame is not UTF-8 JSON", &mut socket).await
                                 }
                             }
                             .err();
@@ -457,13 +465,13 @@ async fn ws_session(
                     if end.is_some() || taken == INGEST_BATCH {
                         break;
                     }
-                    match rx.next().now_or_never() {
+                    match socket.next().now_or_never() {
                         Some(more) => next = more,
                         None => break,
                     }
                 }
                 ingest.normalizer.end_batch();
-                if ingest.flush(&state, &mut tx).await.is_err() {
+                if ingest.flush(&state, &mut socket).await.is_err() {
                     break;
                 }
                 match end {
@@ -474,8 +482,8 @@ async fn ws_session(
                             Some(Violation::TooLong) => {
                                 let why = format!("frame larger than max_frame ({} bytes)", state.settings.max_frame);
                                 state.ws_violation(peer, &why);
-                                let _ = refuse(&state, &why, &mut tx).await;
-                                let _ = tx
+                                let _ = refuse(&state, &why, &mut socket).await;
+                                let _ = socket
                                     .send(Message::Close(Some(CloseFrame {
                                         code: 1009,
                                         reason: Utf8Bytes::from_static("frame too large"),
@@ -538,24 +546,36 @@ impl Ingest {
     }
 
     /// A frame a UI sent: kept for the graph (from `NAME.inbound`), or an error frame back.
-    async fn frame(&mut self, state: &AppState, text: &str, tx: &mut WsSink) -> Result<(), Ended> {
+    async fn frame(
+        &mut self,
+        state: &AppState,
+        text: &str,
+        socket: &mut WebSocket,
+    ) -> Result<(), Ended> {
         if state.inbound.is_none() {
-            return self.refuse(state, "this sidecar takes no input", tx).await;
+            return self
+                .refuse(state, "this sidecar takes no input", socket)
+                .await;
         }
         match ui_frame_to_signal(&mut self.normalizer, text) {
             Ok(signal) => {
                 self.signals.push(signal);
                 Ok(())
             }
-            Err(bad) => self.refuse(state, &bad.0, tx).await,
+            Err(bad) => self.refuse(state, &bad.0, socket).await,
         }
     }
 
     /// Refuses a frame, after handing over the signals of the frames before it (replies
     /// keep the order of the frames).
-    async fn refuse(&mut self, state: &AppState, why: &str, tx: &mut WsSink) -> Result<(), Ended> {
-        self.flush(state, tx).await?;
-        refuse(state, why, tx).await?;
+    async fn refuse(
+        &mut self,
+        state: &AppState,
+        why: &str,
+        socket: &mut WebSocket,
+    ) -> Result<(), Ended> {
+        self.flush(state, socket).await?;
+        refuse(state, why, socket).await?;
         // The answer may have waited on the socket: the frames read after it get a clock
         // reading of their own.
         self.normalizer.start_batch();
@@ -564,7 +584,7 @@ impl Ingest {
 
     /// Hands the gathered signals to the graph, waiting at most `ingest_timeout` for room;
     /// the sender is told the ids of any it refused.
-    async fn flush(&mut self, state: &AppState, tx: &mut WsSink) -> Result<(), Ended> {
+    async fn flush(&mut self, state: &AppState, socket: &mut WebSocket) -> Result<(), Ended> {
         let Some(inbound) = &state.inbound else {
             self.signals.clear();
             return Ok(());
@@ -586,7 +606,8 @@ impl Ingest {
                 "message": refusal_message(why),
                 "refused": ids,
             });
-            tx.send(Message::Text(Utf8Bytes::from(frame.to_string())))
+            socket
+                .send(Message::Text(Utf8Bytes::from(frame.to_string())))
                 .await?;
         }
         Ok(())
@@ -622,12 +643,10 @@ fn violation(e: axum::Error) -> Option<Violation> {
     }
 }
 
-type WsSink = futures_util::stream::SplitSink<WebSocket, Message>;
-
-async fn refuse(state: &AppState, why: &str, tx: &mut WsSink) -> Result<(), axum::Error> {
+async fn refuse(state: &AppState, why: &str, socket: &mut WebSocket) -> Result<(), axum::Error> {
     state.bad_input(why);
     let frame = json!({"kind": "error", "message": why}).to_string();
-    tx.send(Message::Text(Utf8Bytes::from(frame))).await
+    socket.send(Message::Text(Utf8Bytes::from(frame))).await
 }
 
 async fn sse_handler(

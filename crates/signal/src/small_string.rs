@@ -320,7 +320,10 @@ mod tests {
 
     #[test]
     fn from_ascii_takes_only_ascii_that_fits_inline() {
-        assert_eq!(SmallString::from_ascii(b"01ARZ3NDEK").unwrap(), "01ARZ3NDEK");
+        assert_eq!(
+            SmallString::from_ascii(b"01ARZ3NDEK").unwrap(),
+            "01ARZ3NDEK"
+        );
         assert!(SmallString::from_ascii("é".as_bytes()).is_none());
         assert!(SmallString::from_ascii(&[b'a'; INLINE + 1]).is_none());
     }
