@@ -28,7 +28,9 @@
 //! `target/release/patchbay` with a sidecar fed by its own ingest; signals are sent on a
 //! WebSocket (`--via ws`, the default) or by HTTP POST (`--via post`). With `--rounds K`,
 //! every measurement runs K times (the relay, patchbay and Node-RED taking turns, each on a
-//! fresh server) and the table shows the median of each figure, with the range of the p99s.
+//! fresh server) and the table shows the median of each figure, with the range of the p99s;
+//! the ratio row adds each round's ratio to the relay run just before it (median and
+//! range), which a change in the machine's speed between rounds does not skew.
 //!
 //! Node-RED (`node` on the `PATH`, `red.js` from `--node-red`, by default where the `npm`
 //! line above puts it) gets a flow file written for the run; publishers connect to its
@@ -681,6 +683,20 @@ async fn main() {
             .iter()
             .map(|runs| throughput(runs) / throughput(&rows[0]))
             .collect();
+        // Each round's ratio to the relay's run just before it: the two runs share the
+        // machine's state of the moment, which the medians of separate runs do not.
+        let paired: Vec<Vec<f64>> = rows
+            .iter()
+            .map(|runs| {
+                let mut r: Vec<f64> = runs
+                    .iter()
+                    .zip(&rows[0])
+                    .map(|(run, relay)| run.throughput / relay.throughput)
+                    .collect();
+                r.sort_by(f64::total_cmp);
+                r
+            })
+            .collect();
         for (target, runs) in targets.iter().zip(rows) {
             let median = |f: fn(&Row) -> f64| {
                 let mut values: Vec<f64> = runs.iter().map(f).collect();
@@ -705,8 +721,18 @@ async fn main() {
                 median(|r| r.cpu_us),
             );
         }
-        for (target, ratio) in targets.iter().zip(&ratios).skip(1) {
-            println!("| {target} / relay | {subs} | {ratio:.2}× | | | | | | |");
+        for ((target, ratio), paired) in targets.iter().zip(&ratios).zip(&paired).skip(1) {
+            let rounds = if paired.len() > 1 {
+                format!(
+                    " (rounds: median {:.2}×, {:.2}–{:.2})",
+                    paired[paired.len() / 2],
+                    paired[0],
+                    paired[paired.len() - 1]
+                )
+            } else {
+                String::new()
+            };
+            println!("| {target} / relay | {subs} | {ratio:.2}×{rounds} | | | | | | |");
         }
     }
 }
