@@ -51,15 +51,18 @@ impl SmallString {
     /// `bytes` as text when they are ASCII and fit inline: a cheaper check than UTF-8
     /// validation, for text patchbay writes itself (ids).
     pub(crate) fn from_ascii(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() > INLINE || !bytes.is_ascii() {
-            return None;
-        }
-        let mut inline = [0; INLINE];
-        inline[..bytes.len()].copy_from_slice(bytes);
-        Some(SmallString(Repr::Inline {
-            len: bytes.len() as u8,
-            bytes: inline,
-        }))
+        (bytes.len() <= INLINE && bytes.is_ascii()).then(|| SmallString::inline(bytes))
+    }
+
+    /// Inline text of `bytes`, which its callers made sure are whole UTF-8 and at most
+    /// `INLINE` bytes.
+    fn inline(text: &[u8]) -> Self {
+        let mut bytes = [0; INLINE];
+        bytes[..text.len()].copy_from_slice(text);
+        SmallString(Repr::Inline {
+            len: text.len() as u8,
+            bytes,
+        })
     }
 
     /// The text.
@@ -67,8 +70,8 @@ impl SmallString {
         match &self.0 {
             Repr::Inline { len, bytes } => {
                 let text = &bytes[..*len as usize];
-                // Safety: `Inline` is only built from the bytes of a whole `&str` (in
-                // `From<&str>`) or from ASCII (in `from_ascii`), so `text` is valid UTF-8.
+                // Safety: `Inline` is only built by `inline`, from the bytes of a whole
+                // `&str` (`From<&str>`) or from ASCII (`from_ascii`): valid UTF-8.
                 // Checking it again on every read would cost what inline storage saves.
                 #[allow(unsafe_code)]
                 unsafe {
@@ -108,12 +111,7 @@ impl Borrow<str> for SmallString {
 impl From<&str> for SmallString {
     fn from(text: &str) -> Self {
         if text.len() <= INLINE {
-            let mut bytes = [0; INLINE];
-            bytes[..text.len()].copy_from_slice(text.as_bytes());
-            SmallString(Repr::Inline {
-                len: text.len() as u8,
-                bytes,
-            })
+            SmallString::inline(text.as_bytes())
         } else {
             SmallString(Repr::Heap(text.into()))
         }
