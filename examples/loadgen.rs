@@ -9,7 +9,7 @@
 //! ```text
 //! cargo build --release
 //! npm install --prefix target/node-red node-red    # optional: adds Node-RED to the run
-//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--rounds K] [--senders 4] [--client-queue N|default] [--node-red PATH/red.js|none]
+//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--via ws|post] [--patchbay PATH] [--rounds K] [--senders 4] [--client-queue N|default] [--node-red PATH/red.js|none]
 //! ```
 //!
 //! The generator must not be the bottleneck: at full speed the signals are serialized
@@ -86,6 +86,24 @@ impl ClientQueue {
     }
 }
 
+/// The command line, for `--help` and a bad argument.
+const USAGE: &str = "loadgen [--signals N] [--subscribers 1,10,100] [--rate 1000] \
+                     [--via ws|post] [--patchbay PATH] [--rounds K] [--senders 4] \
+                     [--client-queue N|default] [--node-red PATH/red.js|none]";
+
+/// Says what is wrong with the command line, and how it goes, and exits.
+fn usage_error(what: &str) -> ! {
+    eprintln!("loadgen: {what}\nusage: {USAGE}");
+    std::process::exit(2)
+}
+
+/// The number `value` given to `flag`.
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
+    value
+        .parse()
+        .unwrap_or_else(|_| usage_error(&format!("{flag} takes a number, not `{value}`")))
+}
+
 fn options() -> Options {
     let mut o = Options {
         signals: 20_000,
@@ -103,26 +121,36 @@ fn options() -> Options {
     while i < args.len() {
         let value = args.get(i + 1).cloned().unwrap_or_default();
         match args[i].as_str() {
-            "--signals" => o.signals = value.parse().expect("--signals N"),
+            "--help" | "-h" => {
+                println!("usage: {USAGE}");
+                std::process::exit(0);
+            }
+            "--signals" => o.signals = number("--signals", &value),
             "--subscribers" => {
                 o.subscribers = value
                     .split(',')
-                    .map(|s| s.parse().expect("--subscribers 1,10"))
+                    .map(|s| number("--subscribers", s))
                     .collect()
             }
-            "--rate" => o.rate = value.parse().expect("--rate N"),
-            "--via" => o.via_post = value == "post",
+            "--rate" => o.rate = number("--rate", &value),
+            "--via" => {
+                o.via_post = match value.as_str() {
+                    "ws" => false,
+                    "post" => true,
+                    other => usage_error(&format!("--via takes ws or post, not `{other}`")),
+                }
+            }
             "--patchbay" => o.patchbay = value,
-            "--rounds" => o.rounds = value.parse::<usize>().expect("--rounds N").max(1),
-            "--senders" => o.senders = value.parse::<usize>().expect("--senders N").max(1),
+            "--rounds" => o.rounds = number::<usize>("--rounds", &value).max(1),
+            "--senders" => o.senders = number::<usize>("--senders", &value).max(1),
             "--client-queue" => {
                 o.client_queue = match value.as_str() {
                     "default" => ClientQueue::Default,
-                    n => ClientQueue::Exactly(n.parse().expect("--client-queue N|default")),
+                    n => ClientQueue::Exactly(number("--client-queue", n)),
                 }
             }
             "--node-red" => o.node_red = (value != "none").then_some(value),
-            other => panic!("unknown argument {other}"),
+            other => usage_error(&format!("unknown argument `{other}`")),
         }
         i += 2;
     }
