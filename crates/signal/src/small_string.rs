@@ -140,25 +140,6 @@ impl From<String> for SmallString {
     }
 }
 
-impl From<Box<str>> for SmallString {
-    fn from(text: Box<str>) -> Self {
-        if text.len() <= INLINE {
-            SmallString::from(&*text)
-        } else {
-            SmallString(Repr::Heap(text))
-        }
-    }
-}
-
-impl From<std::borrow::Cow<'_, str>> for SmallString {
-    fn from(text: std::borrow::Cow<'_, str>) -> Self {
-        match text {
-            std::borrow::Cow::Borrowed(text) => text.into(),
-            std::borrow::Cow::Owned(text) => text.into(),
-        }
-    }
-}
-
 impl From<SmallString> for String {
     fn from(text: SmallString) -> Self {
         match text.0 {
