@@ -1,21 +1,22 @@
 //! Signal ids: 26-character ULIDs, unique per process and monotonic.
 
-use std::sync::Mutex;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::SmallString;
 
 const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
-struct Generator {
-    last_ms: u64,
-    random: u128,
-}
+/// Bits of [`LAST`] that count the ids made within one millisecond.
+const COUNT_BITS: u32 = 16;
+/// The largest millisecond a ULID holds (48 bits).
+const MAX_MS: u64 = (1 << 48) - 1;
 
-static GENERATOR: Mutex<Generator> = Mutex::new(Generator {
-    last_ms: 0,
-    random: 0,
-});
+/// The last id made: its millisecond above [`COUNT_BITS`], its number within that
+/// millisecond below. One atomic word, so that sources on several threads make ids
+/// without a lock, and every id is above the one before it.
+static LAST: AtomicU64 = AtomicU64::new(0);
 
 /// A new signal id: a ULID (48-bit millisecond time + 80 bits), strictly increasing within
 /// the process, so ids sort by creation time and never repeat.
@@ -30,25 +31,34 @@ pub fn next_id() -> SmallString {
 /// [`next_id`] with the clock already read (`now`, epoch milliseconds), for a caller that
 /// stamps the signal with the same reading.
 pub(crate) fn next_id_at(now: u64) -> SmallString {
-    let (ms, random) = {
-        let mut g = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
-        if now > g.last_ms {
-            g.last_ms = now;
-            g.random = seed(now) & ((1u128 << 79) - 1);
-        } else {
-            // Same millisecond (or the clock went back): increment, as monotonic ULIDs do.
-            g.random = (g.random + 1) & ((1u128 << 80) - 1);
-        }
-        (g.last_ms, g.random)
+    let stamp = now.min(MAX_MS) << COUNT_BITS;
+    // The same millisecond (or a clock that went back) counts on from the last id, as
+    // monotonic ULIDs do; a count that overflows carries into the next millisecond.
+    let next = |last: u64| stamp.max(last + 1);
+    let last = match LAST.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| Some(next(l))) {
+        Ok(last) | Err(last) => last,
     };
-    encode(((ms as u128) << 80) | random)
+    let state = next(last);
+    let ms = state >> COUNT_BITS;
+    // Random for each millisecond (and process), plus the count: ids of one millisecond
+    // follow each other.
+    let random = (seed(ms) & ((1u128 << 79) - 1)) + u128::from(state & ((1 << COUNT_BITS) - 1));
+    encode((u128::from(ms) << 80) | random)
 }
 
+/// 128 bits that look random, the same for every id of millisecond `ms` in this process.
 fn seed(ms: u64) -> u128 {
-    // Process-unique entropy without a RNG crate: address of a stack value, pid and time,
-    // mixed with splitmix64.
-    let local = 0u8;
-    let mut x = ms ^ ((std::process::id() as u64) << 32) ^ (&local as *const u8 as u64);
+    // Process-unique entropy without a RNG crate: the pid, the clock at the first id, and
+    // an address (randomized per process), mixed with splitmix64.
+    static SALT: OnceLock<u64> = OnceLock::new();
+    let salt = *SALT.get_or_init(|| {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        nanos ^ (u64::from(std::process::id()) << 32) ^ (&LAST as *const AtomicU64 as u64)
+    });
+    let mut x = ms ^ salt;
     let mut next = || {
         x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = x;
@@ -56,7 +66,7 @@ fn seed(ms: u64) -> u128 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     };
-    ((next() as u128) << 64) | next() as u128
+    (u128::from(next()) << 64) | u128::from(next())
 }
 
 fn encode(mut value: u128) -> SmallString {
@@ -80,5 +90,32 @@ mod tests {
             assert!(pair[0] < pair[1], "{} !< {}", pair[0], pair[1]);
         }
         assert_eq!(ids[0].len(), 26);
+    }
+
+    #[test]
+    fn ids_made_on_several_threads_never_repeat() {
+        let threads: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(|| (0..20_000).map(|_| next_id()).collect::<Vec<_>>()))
+            .collect();
+        let mut all = Vec::new();
+        for t in threads {
+            let ids = t.join().unwrap();
+            // Each thread's ids rise: each is made after the one before it.
+            assert!(ids.windows(2).all(|p| p[0] < p[1]));
+            all.extend(ids);
+        }
+        let count = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), count);
+    }
+
+    #[test]
+    fn a_clock_that_goes_back_still_gives_rising_ids() {
+        let now = 1_700_000_000_000u64;
+        let a = next_id_at(now + 5);
+        let b = next_id_at(now);
+        let c = next_id_at(now + 5);
+        assert!(a < b && b < c, "{a} {b} {c}");
     }
 }
