@@ -34,7 +34,7 @@ pub(crate) fn next_id_at(now: u64) -> SmallString {
     let stamp = now.min(MAX_MS) << COUNT_BITS;
     // The same millisecond (or a clock that went back) counts on from the last id, as
     // monotonic ULIDs do; a count that overflows carries into the next millisecond.
-    let next = |last: u64| stamp.max(last + 1);
+    let next = |last: u64| stamp.max(last.saturating_add(1));
     let last = match LAST.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| Some(next(l))) {
         Ok(last) | Err(last) => last,
     };
