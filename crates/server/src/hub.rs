@@ -703,20 +703,14 @@ impl Hub {
 
     /// Publishes numbered signals, in order: into the ring and every client's queue, with
     /// one lock of the hub and one of each client for the whole batch.
-    pub fn publish_all(&self, frames: Vec<FrameRef>) {
-        let Some(last) = frames.last() else { return };
+    pub fn publish_all(&self, mut frames: Vec<FrameRef>) {
+        let Some(last) = frames.last().map(|f| f.seq) else {
+            return;
+        };
         // Frames leaving the ring are freed after the lock is released.
         let mut evicted = Vec::new();
         let mut inner = self.lock();
-        if self.ring > 0 {
-            for frame in frames.iter().skip(frames.len().saturating_sub(self.ring)) {
-                if inner.ring.len() >= self.ring {
-                    evicted.extend(inner.ring.pop_front());
-                }
-                inner.ring.push_back(frame.clone());
-            }
-        }
-        inner.published = last.seq;
+        inner.published = last;
         let mut newly_lagged = 0;
         let mut dropped = 0;
         let mut cut = 0;
@@ -725,6 +719,17 @@ impl Hub {
             dropped += pushed.dropped;
             newly_lagged += usize::from(pushed.newly_lagged);
             cut += u64::from(pushed.cut);
+        }
+        // The ring takes the batch's own shares (the clients' queues have theirs); frames
+        // it has no room for are freed after the lock, with those it lets go.
+        if self.ring > 0 {
+            let skip = frames.len().saturating_sub(self.ring);
+            for frame in frames.drain(skip..) {
+                if inner.ring.len() >= self.ring {
+                    evicted.extend(inner.ring.pop_front());
+                }
+                inner.ring.push_back(frame);
+            }
         }
         if dropped > 0 {
             self.client_dropped.fetch_add(dropped, Ordering::Relaxed);
