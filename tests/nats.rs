@@ -84,31 +84,58 @@ struct Server {
     _process: Running,
     url: String,
     monitor: u16,
+    /// Where the server writes its ports file (dropped after the process).
+    _dir: ScratchDir,
 }
 
 impl Server {
     /// Starts `nats-server` with these extra arguments and waits until it listens.
     fn start(extra: &[&str]) -> Server {
-        let port = free_port();
-        let monitor = free_port();
+        // The server picks its own ports and writes them to a file: a port found free
+        // beforehand can be taken by a test running beside this one before the server
+        // binds it, and its clients would then talk to another test's server.
+        let dir = ScratchDir::new("nats-server");
         let process = Running(
             Command::new(nats_server())
-                .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-                .args(["-m", &monitor.to_string()])
+                .args([
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    "-1",
+                    "-m",
+                    "-1",
+                    "--ports_file_dir",
+                ])
+                .arg(dir.path())
                 .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("nats-server starts"),
         );
+        let ports_file = dir.join(format!("nats-server_{}.ports", process.0.id()));
+        let mut ports = None;
+        wait_until(Duration::from_secs(20), "nats-server's ports file", || {
+            ports = std::fs::read_to_string(&ports_file)
+                .ok()
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok());
+            ports.is_some()
+        });
+        let ports = ports.expect("the ports file was read");
+        let url = ports["nats"][0].as_str().expect("a client URL").to_owned();
+        let monitor = ports["monitoring"][0]
+            .as_str()
+            .and_then(|u| u.rsplit(':').next())
+            .and_then(|p| p.parse().ok())
+            .expect("a monitoring port");
         wait_until(Duration::from_secs(20), "nats-server", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && TcpStream::connect(("127.0.0.1", monitor)).is_ok()
+            TcpStream::connect(("127.0.0.1", monitor)).is_ok()
         });
         Server {
             _process: process,
-            url: format!("nats://127.0.0.1:{port}"),
+            url,
             monitor,
+            _dir: dir,
         }
     }
 
