@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use patchbay_testkit::nats_server::NatsServer;
 use patchbay_testkit::process::free_port;
 use patchbay_testkit::scratch::ScratchDir;
 
@@ -38,15 +39,6 @@ impl Running {
         }
         self.0.wait().is_ok_and(|s| s.success())
     }
-}
-
-fn nats_server() -> String {
-    for candidate in ["/usr/sbin/nats-server", "/usr/bin/nats-server"] {
-        if Path::new(candidate).exists() {
-            return candidate.into();
-        }
-    }
-    panic!("nats-server is not installed (`bash scripts/test` installs the Debian package)");
 }
 
 /// Waits until `done` holds, at most `limit` (a bound against hanging, not a timing
@@ -77,81 +69,6 @@ fn patchbay_with(config: &Path, log: &Path, level: &str, env: &[(&str, &str)]) -
             .spawn()
             .expect("patchbay starts"),
     )
-}
-
-/// A `nats-server` on loopback, with its monitoring port (for `/connz`).
-struct Server {
-    _process: Running,
-    url: String,
-    monitor: u16,
-    /// Where the server writes its ports file (dropped after the process).
-    _dir: ScratchDir,
-}
-
-impl Server {
-    /// Starts `nats-server` with these extra arguments and waits until it listens.
-    fn start(extra: &[&str]) -> Server {
-        // The server picks its own ports and writes them to a file: a port found free
-        // beforehand can be taken by a test running beside this one before the server
-        // binds it, and its clients would then talk to another test's server.
-        let dir = ScratchDir::new("nats-server");
-        let process = Running(
-            Command::new(nats_server())
-                .args([
-                    "-a",
-                    "127.0.0.1",
-                    "-p",
-                    "-1",
-                    "-m",
-                    "-1",
-                    "--ports_file_dir",
-                ])
-                .arg(dir.path())
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("nats-server starts"),
-        );
-        let ports_file = dir.join(format!("nats-server_{}.ports", process.0.id()));
-        let mut ports = None;
-        wait_until(Duration::from_secs(20), "nats-server's ports file", || {
-            ports = std::fs::read_to_string(&ports_file)
-                .ok()
-                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok());
-            ports.is_some()
-        });
-        let ports = ports.expect("the ports file was read");
-        let url = ports["nats"][0].as_str().expect("a client URL").to_owned();
-        let monitor = ports["monitoring"][0]
-            .as_str()
-            .and_then(|u| u.rsplit(':').next())
-            .and_then(|p| p.parse().ok())
-            .expect("a monitoring port");
-        wait_until(Duration::from_secs(20), "nats-server", || {
-            TcpStream::connect(("127.0.0.1", monitor)).is_ok()
-        });
-        Server {
-            _process: process,
-            url,
-            monitor,
-            _dir: dir,
-        }
-    }
-
-    /// The subscriptions the server's clients hold (its monitoring endpoint `/connz`; not
-    /// `/subsz`, which counts the server's own too): a core NATS subscriber gets only what
-    /// is published after it subscribed, so tests wait for it.
-    fn subscriptions(&self) -> u64 {
-        http_get(self.monitor, "/connz")
-            .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok())
-            .and_then(|v| {
-                v["connections"]
-                    .as_array()
-                    .map(|cs| cs.iter().filter_map(|c| c["subscriptions"].as_u64()).sum())
-            })
-            .unwrap_or(0)
-    }
 }
 
 /// The body of a plain HTTP GET on loopback, if it answered.
@@ -242,7 +159,7 @@ fn numbers(path: &Path) -> (usize, Vec<u64>) {
 /// Runs a publisher of `n` signals to its end, once the server holds `subscriptions`.
 fn publish(
     dir: &ScratchDir,
-    server: &Server,
+    server: &NatsServer,
     subscriptions: u64,
     n: u64,
     auth: &str,
@@ -272,7 +189,7 @@ fn publish(
 fn core_nats_between_two_processes_with_wildcard_subjects() {
     const N: u64 = 500;
     let dir = ScratchDir::new("nats-core");
-    let server = Server::start(&[]);
+    let server = NatsServer::start(&[]);
     let alerts = dir.join("alerts.jsonl");
     let everything = dir.join("everything.jsonl");
     let of_a = dir.join("a.jsonl");
@@ -314,7 +231,7 @@ fn core_nats_between_two_processes_with_wildcard_subjects() {
 fn a_queue_group_delivers_each_signal_to_exactly_one_member() {
     const N: u64 = 1000;
     let dir = ScratchDir::new("nats-queue");
-    let server = Server::start(&[]);
+    let server = NatsServer::start(&[]);
     let outs = [dir.join("w1.jsonl"), dir.join("w2.jsonl")];
     let mut workers: Vec<Running> = outs
         .iter()
@@ -385,7 +302,7 @@ password = "${NATS_TEST_SECRET}""#,
     ] {
         let dir = ScratchDir::new(&format!("nats-auth-{name}"));
         let args: Vec<&str> = server_args.into_iter().filter(|a| !a.is_empty()).collect();
-        let server = Server::start(&args);
+        let server = NatsServer::start(&args);
         let env = [("NATS_TEST_SECRET", "t0ken-s3cret-4a1")];
         let out = dir.join("out.jsonl");
         let config = dir.join("sub.toml");
@@ -411,7 +328,7 @@ password = "${NATS_TEST_SECRET}""#,
 #[test]
 fn wrong_credentials_fail_clearly_are_counted_and_show_no_secret() {
     let dir = ScratchDir::new("nats-wrong-auth");
-    let server = Server::start(&["--user", "agent", "--pass", "right-pa55word-9f"]);
+    let server = NatsServer::start(&["--user", "agent", "--pass", "right-pa55word-9f"]);
     let http_port = free_port();
     // Secrets written in the config itself (not `${ENV}`, whose values patchbay scrubs from
     // messages anyway): nothing may show them.
@@ -536,7 +453,7 @@ fn jetstream_delivers_every_signal_once_across_a_subscriber_restart() {
     let port = free_port();
     let store = dir.join("js");
     let _server = Running(
-        Command::new(nats_server())
+        Command::new(NatsServer::binary())
             .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
             .arg(&store)
             .stdout(Stdio::null())

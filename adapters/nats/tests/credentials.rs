@@ -3,10 +3,7 @@
 //! and signs their JWTs with `nkeys` (what `nsc` does), so it needs nothing but the
 //! server. It drives the adapter in process, between a program's channels.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -16,25 +13,9 @@ use patchbay_graph::{
     ChannelOutput, ChannelSource, HealthState, Registry, RunningGraph, SourceText, compile,
 };
 use patchbay_signal::{Signal, object};
+use patchbay_testkit::nats_server::NatsServer;
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
-
-/// A child process killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// A JWT as NATS reads them: `ed25519-nkey`, signed by `issuer`, about `subject`.
 fn jwt(issuer: &KeyPair, subject: &str, name: &str, nats: Value) -> String {
@@ -67,7 +48,7 @@ struct Trust {
 }
 
 impl Trust {
-    fn new(dir: &ScratchDir, port: u16) -> Trust {
+    fn new(dir: &ScratchDir) -> Trust {
         let operator = KeyPair::new_operator();
         let account = KeyPair::new_account();
         let operator_jwt = jwt(
@@ -92,7 +73,7 @@ impl Trust {
         std::fs::write(
             &config,
             format!(
-                "listen: \"127.0.0.1:{port}\"\noperator: \"{}\"\nresolver: MEMORY\nresolver_preload: {{\n  {}: \"{account_jwt}\"\n}}\n",
+                "operator: \"{}\"\nresolver: MEMORY\nresolver_preload: {{\n  {}: \"{account_jwt}\"\n}}\n",
                 operator_file.display(),
                 account.public_key()
             ),
@@ -125,57 +106,6 @@ impl Trust {
         .unwrap();
         path
     }
-}
-
-fn server(config: &Path, port: u16, monitor: u16) -> Running {
-    let binary = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("nats-server is installed (`bash scripts/test` installs the Debian package)");
-    let process = Running(
-        Command::new(binary)
-            .arg("-c")
-            .arg(config)
-            .args(["-m", &monitor.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server starts"),
-    );
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err()
-        || TcpStream::connect(("127.0.0.1", monitor)).is_err()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "nats-server never listened"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    process
-}
-
-/// The subscriptions the server's clients hold (`/connz` on its monitoring port; `/subsz`
-/// counts the server's own too).
-fn subscriptions(monitor: u16) -> u64 {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", monitor)) else {
-        return 0;
-    };
-    let _ = write!(
-        stream,
-        "GET /connz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    );
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response
-        .split_once("\r\n\r\n")
-        .and_then(|(_, body)| serde_json::from_str::<Value>(body).ok())
-        .and_then(|v| {
-            v["connections"]
-                .as_array()
-                .map(|cs| cs.iter().filter_map(|c| c["subscriptions"].as_u64()).sum())
-        })
-        .unwrap_or(0)
 }
 
 /// A graph: `feed` → nats output (with `out_creds`), nats source (with `in_creds`) → `seen`.
@@ -211,16 +141,15 @@ fn graph(
 async fn a_credentials_file_signed_by_the_account_connects_both_ways() {
     const N: u64 = 50;
     let dir = ScratchDir::new("nats-creds");
-    let (port, monitor) = (free_port(), free_port());
-    let trust = Trust::new(&dir, port);
-    let _server = server(&trust.config, port, monitor);
-    let url = format!("nats://127.0.0.1:{port}");
+    let trust = Trust::new(&dir);
+    let server = NatsServer::start(&["-c", trust.config.to_str().expect("a UTF-8 path")]);
+    let url = server.url.clone();
     let publisher = Trust::creds(&dir, "publisher", &trust.account);
     let subscriber = Trust::creds(&dir, "subscriber", &trust.account);
 
     let (feed, mut seen, running) = graph(&url, &publisher, Some(&subscriber));
     let start = Instant::now();
-    while subscriptions(monitor) < 1 {
+    while server.subscriptions() < 1 {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "the source never subscribed"
@@ -252,10 +181,9 @@ async fn a_credentials_file_signed_by_the_account_connects_both_ways() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_credentials_file_the_server_does_not_trust_fails_without_retrying() {
     let dir = ScratchDir::new("nats-creds-wrong");
-    let (port, monitor) = (free_port(), free_port());
-    let trust = Trust::new(&dir, port);
-    let _server = server(&trust.config, port, monitor);
-    let url = format!("nats://127.0.0.1:{port}");
+    let trust = Trust::new(&dir);
+    let server = NatsServer::start(&["-c", trust.config.to_str().expect("a UTF-8 path")]);
+    let url = server.url.clone();
     // A well-formed file for a user of an account the operator never signed.
     let stranger = Trust::creds(&dir, "stranger", &KeyPair::new_account());
     let seed = std::fs::read_to_string(&stranger).unwrap();

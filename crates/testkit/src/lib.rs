@@ -9,7 +9,7 @@
 //! [`prng`] and [`random_input`] make seeded random input, [`properties`] runs the shared
 //! property checks, [`throughput`] builds the LLM decoders' bench input, and [`scratch`]
 //! gives the end-to-end tests temporary directories that remove themselves. [`jack`] runs a
-//! JACK server for the MIDI tests.
+//! JACK server for the MIDI tests, [`nats_server`] a `nats-server` for the NATS tests.
 //!
 //! End-to-end scenarios that an adapter's tests and the root package's tests (on the
 //! binary) both run are here too, each behind a feature so that a test builds only the
@@ -25,6 +25,7 @@ pub mod jack;
 pub mod jte_wrap_e2e;
 #[cfg(feature = "llm-proxy-e2e")]
 pub mod llm_proxy_e2e;
+pub mod nats_server;
 #[cfg(feature = "palyra-e2e")]
 pub mod palyra_e2e;
 pub mod prng;
