@@ -158,8 +158,8 @@ fn options() -> Options {
 }
 
 /// The floor: a WebSocket relay with a broadcast channel and no serialization work. A
-/// client whose URL asks for `types=loadgen.none` is a publisher and receives nothing (as
-/// with patchbay); each subscriber's writer writes every frame ready and flushes once.
+/// client whose URL asks for `receive=false` is a publisher and receives nothing (as with
+/// patchbay); each subscriber's writer writes every frame ready and flushes once.
 async fn relay(port: u16, capacity: usize) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
@@ -183,7 +183,7 @@ async fn relay(port: u16, capacity: usize) {
                 publisher = req
                     .uri()
                     .query()
-                    .is_some_and(|q| q.contains("types=loadgen.none"));
+                    .is_some_and(|q| q.contains("receive=false"));
                 Ok(resp)
             };
             let Ok(ws) = tokio_tungstenite::accept_hdr_async(stream, callback).await else {
@@ -230,9 +230,8 @@ async fn relay(port: u16, capacity: usize) {
     }
 }
 
-/// Where publishers connect to the relay and to patchbay: `types` with no match, so they
-/// get nothing back.
-const PUBLISH_PATH: &str = "/ws?types=loadgen.none";
+/// Where publishers connect to the relay and to patchbay: send-only, they get nothing back.
+const PUBLISH_PATH: &str = "/ws?receive=false";
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

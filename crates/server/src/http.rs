@@ -226,6 +226,8 @@ pub(crate) struct StreamQuery {
     format: Option<String>,
     token: Option<String>,
     epoch: Option<String>,
+    /// `false`: a WebSocket client that only sends (it is sent no signal).
+    receive: Option<String>,
 }
 
 struct StreamParams {
@@ -254,10 +256,31 @@ impl StreamQuery {
             })?,
             None => Format::Sajou,
         };
+        let receive = match self.receive.as_deref().map(str::trim) {
+            None | Some("true") => true,
+            Some("false") if self.since.is_some() || self.types.is_some() => {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "`receive=false` takes no `since` or `types`: the client is sent no signal",
+                ));
+            }
+            Some("false") => false,
+            Some(other) => {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("`receive` must be `true` or `false`, got `{other}`"),
+                ));
+            }
+        };
+        let filter = if receive {
+            TypeFilter::parse(self.types.as_deref().unwrap_or(""))
+        } else {
+            TypeFilter::Nothing
+        };
         Ok(StreamParams {
             since,
             format,
-            filter: TypeFilter::parse(self.types.as_deref().unwrap_or("")),
+            filter,
         })
     }
 }
@@ -660,6 +683,12 @@ async fn sse_handler(
     };
     if let Err(r) = authorize(&state, &headers, query.token.as_deref()) {
         return r.into_response();
+    }
+    if query.receive.is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "`receive` is for `/ws` (an SSE stream only receives)",
+        );
     }
     let mut params = match query.params() {
         Ok(p) => p,

@@ -390,31 +390,60 @@ impl Serialize for MetaWithSeq<'_> {
     }
 }
 
-/// A server-side type filter from `?types=a,b*`: exact names, or prefixes ending in `*`.
+/// Which signal types a client takes: `?types=a,b*` (exact names, or prefixes ending in
+/// `*`), everything, or nothing (a WebSocket client that only sends, `?receive=false`).
 #[derive(Debug, Clone, Default)]
-pub struct TypeFilter {
-    exact: Vec<String>,
-    prefixes: Vec<String>,
+pub enum TypeFilter {
+    /// Every type (no `types`, or an empty list).
+    #[default]
+    All,
+    /// These types.
+    Types {
+        /// Exact names.
+        exact: Vec<String>,
+        /// Prefixes (written with a trailing `*`).
+        prefixes: Vec<String>,
+    },
+    /// No frame at all: the hub passes the client over without looking at a frame.
+    Nothing,
 }
 
 impl TypeFilter {
     /// Parses a comma-separated list; an empty list lets everything through.
     pub fn parse(text: &str) -> TypeFilter {
-        let mut filter = TypeFilter::default();
+        let (mut exact, mut prefixes) = (Vec::new(), Vec::new());
         for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             match item.strip_suffix('*') {
-                Some(prefix) => filter.prefixes.push(prefix.to_owned()),
-                None => filter.exact.push(item.to_owned()),
+                Some(prefix) => prefixes.push(prefix.to_owned()),
+                None => exact.push(item.to_owned()),
             }
         }
-        filter
+        if exact.is_empty() && prefixes.is_empty() {
+            TypeFilter::All
+        } else {
+            TypeFilter::Types { exact, prefixes }
+        }
     }
 
     /// Whether a signal of type `kind` passes.
     pub fn matches(&self, kind: &str) -> bool {
-        (self.exact.is_empty() && self.prefixes.is_empty())
-            || self.exact.iter().any(|e| e == kind)
-            || self.prefixes.iter().any(|p| kind.starts_with(p.as_str()))
+        match self {
+            TypeFilter::All => true,
+            TypeFilter::Types { exact, prefixes } => {
+                exact.iter().any(|e| e == kind)
+                    || prefixes.iter().any(|p| kind.starts_with(p.as_str()))
+            }
+            TypeFilter::Nothing => false,
+        }
+    }
+
+    /// Whether `frame` passes (its type is read only when the filter names types).
+    fn takes(&self, frame: &Frame) -> bool {
+        match self {
+            TypeFilter::All => true,
+            TypeFilter::Nothing => false,
+            types => types.matches(frame.kind()),
+        }
     }
 }
 
@@ -508,13 +537,16 @@ impl Client {
     /// oldest frame is dropped.
     fn push_all(&self, frames: &[FrameRef], lossless: bool) -> Pushed {
         let mut pushed = Pushed::default();
+        if matches!(self.filter, TypeFilter::Nothing) {
+            return pushed;
+        }
         let mut queued = false;
         let mut st = self.lock();
         for frame in frames {
             if st.cut.is_some() {
                 break;
             }
-            if !self.filter.matches(frame.kind()) {
+            if !self.filter.takes(frame) {
                 continue;
             }
             if st.queue.len() >= self.capacity {
@@ -777,7 +809,7 @@ impl Hub {
             Some(since) => inner
                 .ring
                 .iter()
-                .filter(|f| f.seq > since && filter.matches(f.kind()))
+                .filter(|f| f.seq > since && filter.takes(f))
                 .cloned()
                 .collect(),
             None => Vec::new(),
@@ -1063,6 +1095,7 @@ mod tests {
         assert!(!f.matches("ab") && !f.matches("c"));
         assert!(TypeFilter::parse("").matches("anything"));
         assert!(TypeFilter::parse("*").matches("anything"));
+        assert!(!TypeFilter::Nothing.matches("anything"));
     }
 
     #[test]

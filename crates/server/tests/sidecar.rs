@@ -546,6 +546,50 @@ async fn health_metrics_and_status_page() {
     server.stop().await;
 }
 
+/// A client that only sends (`receive=false`): its signals enter the graph, it is sent
+/// none, and it still gets the close when the sidecar stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_only_client_is_sent_no_signal() {
+    let server = start("ui_send", &["ui_send.inbound"], "", "").await;
+    let mut sender = ws(&server.ws_url("receive=false")).await;
+    let mut watcher = ws(&server.ws_url("")).await;
+    for i in 0..3 {
+        send(
+            &mut sender,
+            &format!(r#"{{"type":"note","payload":{{"i":{i}}}}}"#),
+        )
+        .await;
+    }
+    for expected in 1..=3 {
+        assert_eq!(seq_of(&recv(&mut watcher).await.expect("frame")), expected);
+    }
+    // Refusals still come back: they answer what the client sent.
+    send(&mut sender, "{oops").await;
+    assert_eq!(
+        recv(&mut sender).await.expect("error frame")["kind"],
+        "error"
+    );
+    // Nothing else before the close: no signal frame reached it.
+    let report = server.stop().await;
+    assert!(report.drained);
+    assert!(recv(&mut sender).await.is_none(), "the connection ends");
+
+    let server = start("ui_send_bad", &["ui_send_bad.inbound"], "", "").await;
+    for (query, why) in [
+        ("receive=maybe", "`receive` must be"),
+        ("receive=false&types=a", "takes no `since` or `types`"),
+        ("receive=false&since=0", "takes no `since` or `types`"),
+    ] {
+        let r = http(server.addr, "GET", &format!("/ws?{query}"), &[], b"").await;
+        assert_eq!(r.status, 400, "{query}: {}", r.body);
+        assert!(r.body.contains(why), "{query}: {}", r.body);
+    }
+    let r = http(server.addr, "GET", "/events?receive=false", &[], b"").await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("`receive` is for `/ws`"), "{}", r.body);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_the_graph_closes_clients() {
     let seed = "[sources.seed]\ntype = \"count\"\nn = 5\n";
