@@ -626,9 +626,9 @@ async fn read(
                     )
                     .await
                     .map_err(|e| consumer_error(&e))?;
-                consumer.messages().await.map_err(|e| consumer_error(&e))
+                Ok::<_, NatsError>(consumer)
             };
-            let Some(mut messages) =
+            let Some(consumer) =
                 until_ready(setup, cx.shutdown(), |s, d| cx.set_state(s, d)).await?
             else {
                 return Ok(());
@@ -637,38 +637,59 @@ async fn read(
                 HealthState::Ok,
                 Some(format!("connected to {}", events.url)),
             );
-            loop {
-                // Shutdown is only looked at between messages: a message taken is
-                // handed to the graph and acknowledged before stopping.
-                let message = tokio::select! {
-                    m = messages.next() => m,
-                    () = cx.shutdown().wait() => None,
-                };
-                let message = match message {
-                    Some(Ok(m)) => m,
-                    Some(Err(e)) => {
-                        tracing::warn!(source = cx.name(), "JetStream: {e}");
-                        continue;
+            // One pull request at a time, each finished before the next (or before
+            // stopping): every message it delivers is taken and acknowledged. A request
+            // left open at exit would go on taking messages for nobody, and the server
+            // would send them again only after the consumer's ack wait (30 s by
+            // default), after the messages that came later.
+            while !cx.shutdown().is_requested() {
+                let request = consumer
+                    .batch()
+                    .max_messages(BATCH)
+                    .expires(PULL_EXPIRES)
+                    .messages()
+                    .await;
+                let mut messages = match request {
+                    Ok(messages) => messages,
+                    Err(e) => {
+                        tracing::warn!(source = cx.name(), "JetStream pull: {e}");
+                        // The client reconnects on its own: ask again in a moment.
+                        tokio::select! {
+                            () = tokio::time::sleep(PULL_EXPIRES) => continue,
+                            () = cx.shutdown().wait() => break,
+                        }
                     }
-                    None => break,
                 };
-                let text = String::from_utf8_lossy(&message.payload);
-                if let Some(decoded) = normalizer.decode_text(&text)
-                    && cx.emit_decoded(decoded).await.is_err()
-                {
-                    // The graph is gone: not acknowledged, so redelivered later.
-                    break;
-                }
-                // Confirmed by the server: a restart right after does not see the
-                // message again.
-                if let Err(e) = message.double_ack().await {
-                    tracing::warn!(source = cx.name(), "JetStream ack: {e}");
+                while let Some(message) = messages.next().await {
+                    let message = match message {
+                        Ok(m) => m,
+                        Err(e) => {
+                            tracing::warn!(source = cx.name(), "JetStream: {e}");
+                            continue;
+                        }
+                    };
+                    let text = String::from_utf8_lossy(&message.payload);
+                    if let Some(decoded) = normalizer.decode_text(&text)
+                        && cx.emit_decoded(decoded).await.is_err()
+                    {
+                        // The graph is gone: not acknowledged, so redelivered later.
+                        return Ok(());
+                    }
+                    // Confirmed by the server: a restart right after does not see the
+                    // message again.
+                    if let Err(e) = message.double_ack().await {
+                        tracing::warn!(source = cx.name(), "JetStream ack: {e}");
+                    }
                 }
             }
         }
     }
     Ok(())
 }
+
+/// How long a JetStream pull request waits for messages: also the longest a stopping
+/// subscriber waits for its last request to end.
+const PULL_EXPIRES: Duration = Duration::from_secs(1);
 
 /// At most this many messages or signals are handled in one go.
 const BATCH: usize = 256;
