@@ -370,11 +370,30 @@ pub(crate) fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) 
     true
 }
 
-/// Whether two keys are the same. Keys mostly differ in length or first byte: told apart
-/// without a call to `memcmp`, which the usual key would otherwise cost.
+/// Whether two keys are the same. Keys mostly differ in length or first byte, and are
+/// short: told apart, or compared in two overlapping words, without a call to `memcmp`
+/// (which costs more than the comparison for a key of a few bytes).
 #[inline]
 pub(crate) fn same_key(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.first() == b.first() && a == b
+    let n = a.len();
+    if n != b.len() || a.first() != b.first() {
+        return false;
+    }
+    // The key's first and last few bytes, overlapping: together they cover all of it.
+    match n {
+        0..=3 => a.get(1) == b.get(1) && a.get(2) == b.get(2),
+        4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
+        8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
+        _ => a == b,
+    }
+}
+
+/// The `N` bytes of `s` from `at` (which the caller keeps within `s`).
+#[inline]
+fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+    s.get(at..at + N)
+        .and_then(|w| w.try_into().ok())
+        .unwrap_or([0; N])
 }
 
 /// Where the string whose content starts at `from` ends (the index of its closing quote).
@@ -652,6 +671,22 @@ mod tests {
         for b in 0..=255u8 {
             let text = [b'a', b'b', b'c', b'd', b'e', b'f', b'g', b, b'h'];
             assert_eq!(plain_len(&text), naive(&text), "{b}");
+        }
+    }
+
+    #[test]
+    fn same_key_tells_keys_apart_at_every_byte() {
+        for n in 0..=24 {
+            let key: Vec<u8> = (0..n).map(|i| b'a' + i as u8).collect();
+            assert!(same_key(&key, &key.clone()), "{n}");
+            for at in 0..n {
+                let mut other = key.clone();
+                other[at] ^= 1;
+                assert!(!same_key(&key, &other), "length {n}, byte {at}");
+            }
+            if n > 0 {
+                assert!(!same_key(&key, &key[..n - 1]), "lengths {n} and {}", n - 1);
+            }
         }
     }
 
