@@ -418,7 +418,8 @@ impl TypeFilter {
                 None => exact.push(item.to_owned()),
             }
         }
-        if exact.is_empty() && prefixes.is_empty() {
+        // An empty prefix (`*`) takes every type: no frame's type need be read.
+        if (exact.is_empty() && prefixes.is_empty()) || prefixes.iter().any(String::is_empty) {
             TypeFilter::All
         } else {
             TypeFilter::Types { exact, prefixes }
@@ -1095,6 +1096,7 @@ mod tests {
         assert!(!f.matches("ab") && !f.matches("c"));
         assert!(TypeFilter::parse("").matches("anything"));
         assert!(TypeFilter::parse("*").matches("anything"));
+        assert!(matches!(TypeFilter::parse("a, *"), TypeFilter::All));
         assert!(!TypeFilter::Nothing.matches("anything"));
     }
 
