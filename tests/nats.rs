@@ -8,14 +8,13 @@
 
 #![cfg(feature = "nats")]
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
+use std::io::Write as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use patchbay_testkit::nats_server::NatsServer;
-use patchbay_testkit::process::free_port;
+use patchbay_testkit::process::{free_port, http};
 use patchbay_testkit::scratch::ScratchDir;
 
 /// A child process killed when dropped (a failing test leaves nothing running).
@@ -69,22 +68,6 @@ fn patchbay_with(config: &Path, log: &Path, level: &str, env: &[(&str, &str)]) -
             .spawn()
             .expect("patchbay starts"),
     )
-}
-
-/// The body of a plain HTTP GET on loopback, if it answered.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
 }
 
 /// A scenario file of `n` signals, sent as fast as the graph takes them: every fifth an
@@ -367,7 +350,11 @@ listen = "127.0.0.1:{http_port}"
     .unwrap();
     let log = dir.join("wrong.log");
     let mut daemon = patchbay_with(&config, &log, "debug", &[]);
-    let health = |path| http_get(http_port, path).unwrap_or_default();
+    let health = |path| {
+        http(([127, 0, 0, 1], http_port).into(), "GET", path, &[], b"")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    };
     wait_until(
         Duration::from_secs(30),
         "both NATS components failed",
@@ -488,7 +475,7 @@ jetstream = {{ stream = "PATCHBAY" }}
     )
     .unwrap();
     let mut publ = patchbay(&publisher, &dir.join("pub.log"));
-    wait_until(Duration::from_secs(120), "the publisher", || {
+    wait_until(Duration::from_secs(60), "the publisher", || {
         matches!(publ.0.try_wait(), Ok(Some(_)))
     });
     assert!(
@@ -526,7 +513,7 @@ path = "{}"
     assert!((before as u64) < N, "stopped mid-stream ({before} of {N})");
 
     let mut sub = patchbay(&subscriber, &dir.join("sub2.log"));
-    wait_until(Duration::from_secs(120), "every signal", || {
+    wait_until(Duration::from_secs(60), "every signal", || {
         lines(&received).len() as u64 >= N
     });
     assert!(sub.stop(), "the subscriber stops cleanly");
