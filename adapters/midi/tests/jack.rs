@@ -385,8 +385,26 @@ fn midi_source_and_output_on_jack() {
         health_text,
     );
 
-    // The server returns: the source reconnects by itself.
+    // The server returns: the source reconnects by itself. The controller's clients are
+    // opened only once the source has seen the new server (and found no port yet): the
+    // first client opened after a server died makes libjack free every client of the
+    // dead one, and when that opening is the controller's, in this process but outside
+    // patchbay's MIDI sessions, libjack's cleanup can close sockets that new clients have
+    // reused (seen as a controller whose notes never arrive).
     server.restart();
+    wait_for(
+        "pads to see the new server without the controller's port",
+        GUARD,
+        || {
+            snapshot("pads").filter(|s| {
+                s.detail
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("waiting for port ctl:pad")
+            })
+        },
+        health_text,
+    );
     let mut controller = Controller::new();
     wait_state("pads", HealthState::Ok, "connected to ctl:pad");
     let note = note_reaches_patchbay(&mut controller, &probe_rx, 38);
