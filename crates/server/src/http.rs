@@ -1,5 +1,6 @@
 //! The HTTP side of a sidecar: routes, access checks, and the per-connection loops.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -467,23 +468,27 @@ async fn ws_session(
                 // Frames read together arrived together: one clock reading for them.
                 ingest.normalizer.start_batch();
                 for taken in 1..=INGEST_BATCH {
-                    match next {
-                        None | Some(Ok(Message::Close(_))) => end = Some(Ended::Closed),
-                        Some(Ok(Message::Text(text))) => {
-                            end = ingest.frame(&state, &text, &mut socket).await.err();
+                    let kept = match next {
+                        None | Some(Ok(Message::Close(_))) => {
+                            end = Some(Ended::Closed);
+                            Ok(())
                         }
-                        Some(Ok(Message::Binary(bytes))) => {
-                            end = match std::str::from_utf8(&bytes) {
-                                Ok(text) => ingest.frame(&state, text, &mut socket).await,
-                                Err(_) => {
-                                    ingest.binary_violation(&state);
-                                    ingest.refuse(&state, "binary frame is not UTF-8 JSON", &mut socket).await
-                                }
+                        Some(Ok(Message::Text(text))) => ingest.take(&state, &text),
+                        Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
+                            Ok(text) => ingest.take(&state, text),
+                            Err(_) => {
+                                ingest.binary_violation(&state);
+                                Err("binary frame is not UTF-8 JSON".into())
                             }
-                            .err();
+                        },
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => Ok(()),
+                        Some(Err(e)) => {
+                            end = Some(Ended::Failed(e));
+                            Ok(())
                         }
-                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                        Some(Err(e)) => end = Some(Ended::Failed(e)),
+                    };
+                    if let Err(why) = kept {
+                        end = ingest.refuse(&state, &why, &mut socket).await.err();
                     }
                     if end.is_some() || taken == INGEST_BATCH {
                         break;
@@ -568,25 +573,15 @@ impl Ingest {
         }
     }
 
-    /// A frame a UI sent: kept for the graph (from `NAME.inbound`), or an error frame back.
-    async fn frame(
-        &mut self,
-        state: &AppState,
-        text: &str,
-        socket: &mut WebSocket,
-    ) -> Result<(), Ended> {
+    /// A frame a UI sent, kept for the graph (from `NAME.inbound`); or why it is refused
+    /// (the caller answers). Not async: the usual frame is only decoded and kept.
+    fn take(&mut self, state: &AppState, text: &str) -> Result<(), Cow<'static, str>> {
         if state.inbound.is_none() {
-            return self
-                .refuse(state, "this sidecar takes no input", socket)
-                .await;
+            return Err("this sidecar takes no input".into());
         }
-        match ui_frame_to_signal(&mut self.normalizer, text) {
-            Ok(signal) => {
-                self.signals.push(signal);
-                Ok(())
-            }
-            Err(bad) => self.refuse(state, &bad.0, socket).await,
-        }
+        let signal = ui_frame_to_signal(&mut self.normalizer, text).map_err(|bad| bad.0)?;
+        self.signals.push(signal);
+        Ok(())
     }
 
     /// Refuses a frame, after handing over the signals of the frames before it (replies
