@@ -11,43 +11,31 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures_util::{FutureExt, SinkExt, StreamExt};
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper_util::rt::TokioIo;
 use patchbay_graph::{ComponentStats, Refused, SourceContext, Telemetry};
 use patchbay_signal::SmallString;
 use patchbay_signal::normalize::Normalizer;
 use serde::Deserialize;
 use serde_json::json;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use crate::config::Settings;
 use crate::hub::{
     Format, FrameRef, Hub, Outgoing, Replay, Subscription, TypeFilter, cut_reason, gap_text,
 };
 use crate::inbound::{body_to_signals, ui_frame_to_signal};
+use crate::websocket::{Incoming, Socket, Violation, close_code};
 
 /// At most this many frames are written before a flush.
 const WRITE_BATCH: usize = 256;
 
-/// How much a WebSocket connection reads at once. tungstenite zero-fills its read buffer
-/// to this size on every read, so each connection costs it in resident memory; most
-/// clients only listen.
-const WS_READ_CHUNK: usize = 16 * 1024;
-
 /// At most this many frames a UI sent are handed to the graph at once.
 const INGEST_BATCH: usize = 256;
-
-/// The close code a lagging client of a lossless sidecar gets (Try Again Later): it
-/// resumes with `?since=` from the reason.
-const CUT_CLOSE_CODE: u16 = 1013;
-
-/// The close code every client gets when the sidecar stops (Going Away), after the frames
-/// queued for it.
-const GOING_AWAY: u16 = 1001;
 
 /// How often an idle SSE stream gets a comment, so proxies keep it open.
 const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
@@ -331,7 +319,7 @@ async fn ws_handler(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     query: Result<Query<StreamQuery>, QueryRejection>,
-    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    request: Request,
 ) -> Response {
     let query = match query_or_error(query) {
         Ok(q) => q,
@@ -344,29 +332,91 @@ async fn ws_handler(
         Ok(p) => p,
         Err(r) => return r.into_response(),
     };
-    let ws = match ws {
-        Ok(ws) => ws,
-        Err(rejection) => return rejection.into_response(),
+    let (accept, upgrade) = match upgrade_request(request) {
+        Ok(taken) => taken,
+        Err(r) => return r.into_response(),
     };
     let since = state.resume_point(params.since, query.epoch.as_deref());
     let Some((sub, replay)) = state.hub.subscribe(since, params.format, params.filter) else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the sidecar is stopping");
     };
-    let max = state.settings.max_frame;
     let epoch = state.epoch_header();
-    let mut response = ws
-        .max_message_size(max)
-        .max_frame_size(max)
-        .read_buffer_size(WS_READ_CHUNK)
-        .on_upgrade(move |socket| ws_client(state, peer, socket, sub, replay));
-    response.headers_mut().insert(crate::EPOCH_HEADER, epoch);
+    tokio::spawn(async move {
+        // The connection is ours once hyper has sent the 101 below.
+        let Ok(upgraded) = upgrade.await else {
+            return;
+        };
+        let socket = Socket::new(TokioIo::new(upgraded), state.settings.max_frame);
+        ws_client(state, peer, socket, sub, replay).await;
+    });
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    headers.insert(crate::EPOCH_HEADER, epoch);
     response
 }
+
+/// Checks a WebSocket opening request (RFC 6455, 4.2.1) and returns the
+/// `Sec-WebSocket-Accept` value and the connection to come.
+fn upgrade_request(mut request: Request) -> Result<(HeaderValue, OnUpgrade), Refusal> {
+    let headers = request.headers();
+    let has_token = |name: header::HeaderName, token: &str| {
+        headers.get_all(name).iter().any(|value| {
+            value.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .any(|part| part.trim().eq_ignore_ascii_case(token))
+            })
+        })
+    };
+    if request.method() != axum::http::Method::GET {
+        return Err(Refusal::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "a WebSocket is opened with GET",
+        ));
+    }
+    if !has_token(header::CONNECTION, "upgrade") || !has_token(header::UPGRADE, "websocket") {
+        return Err(Refusal::new(
+            StatusCode::UPGRADE_REQUIRED,
+            "this is a WebSocket endpoint: send `Connection: upgrade` and `Upgrade: websocket`",
+        ));
+    }
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v.as_bytes() != b"13")
+    {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "`Sec-WebSocket-Version` must be 13",
+        ));
+    }
+    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "`Sec-WebSocket-Key` is missing",
+        ));
+    };
+    let accept = derive_accept_key(key.as_bytes());
+    let accept = HeaderValue::from_str(&accept)
+        .map_err(|_| Refusal::new(StatusCode::BAD_REQUEST, "`Sec-WebSocket-Key` is not usable"))?;
+    let Some(upgrade) = request.extensions_mut().remove::<OnUpgrade>() else {
+        return Err(Refusal::new(
+            StatusCode::UPGRADE_REQUIRED,
+            "this connection cannot be upgraded",
+        ));
+    };
+    Ok((accept, upgrade))
+}
+
+/// A WebSocket connection of a sidecar.
+type WsSocket = Socket<TokioIo<Upgraded>>;
 
 async fn ws_client(
     state: Shared,
     peer: SocketAddr,
-    socket: WebSocket,
+    socket: WsSocket,
     sub: Subscription,
     replay: Replay,
 ) {
@@ -382,9 +432,8 @@ async fn ws_client(
 async fn ws_session(
     state: Shared,
     peer: SocketAddr,
-    // Not split in two halves: reading and writing take turns in this task, and a split
-    // socket locks its half for every frame.
-    mut socket: WebSocket,
+    // Not split in two halves: reading and writing take turns in this task.
+    mut socket: WsSocket,
     sub: Subscription,
     replay: Replay,
 ) {
@@ -396,28 +445,20 @@ async fn ws_session(
         peer,
         binary_noted: false,
     };
-    if let Some((from, to)) = replay.gap
-        && socket
-            .feed(Message::Text(gap_text(from, to)))
-            .await
-            .is_err()
-    {
-        return;
+    if let Some((from, to)) = replay.gap {
+        socket.queue_text(&gap_text(from, to));
     }
-    // Frames are fed in batches and flushed once: one write for a burst, not one each.
+    // Frames are written in batches and flushed once: one write for a burst, not one each.
     for chunk in replay.frames.chunks(WRITE_BATCH) {
         for frame in chunk {
-            if socket
-                .feed(Message::Text(frame.text(format)))
-                .await
-                .is_err()
-            {
-                return;
-            }
+            socket.queue_text(frame.as_str(format));
         }
         if socket.flush().await.is_err() {
             return;
         }
+    }
+    if socket.flush().await.is_err() {
+        return;
     }
     loop {
         tokio::select! {
@@ -428,11 +469,14 @@ async fn ws_session(
                     sub.client.take_ready(WRITE_BATCH, &mut ready);
                     let mut cut = None;
                     for out in ready.drain(..) {
-                        if socket.feed(Message::Text(out.text(format))).await.is_err() {
-                            return;
-                        }
-                        if let Outgoing::Cut(resume_from) = out {
-                            cut = Some(resume_from);
+                        match out {
+                            Outgoing::Frame(frame) => socket.queue_text(frame.as_str(format)),
+                            notice => {
+                                socket.queue_text(&notice.text(format));
+                                if let Outgoing::Cut(resume_from) = notice {
+                                    cut = Some(resume_from);
+                                }
+                            }
                         }
                     }
                     if socket.flush().await.is_err() {
@@ -440,90 +484,35 @@ async fn ws_session(
                     }
                     if let Some(resume_from) = cut {
                         tracing::info!(sidecar = %state.name, resume_from, "a client lagged behind a lossless sidecar: cut off, it can resume from the ring");
-                        let _ = socket
-                            .send(Message::Close(Some(CloseFrame {
-                                code: CUT_CLOSE_CODE,
-                                reason: Utf8Bytes::from(cut_reason(resume_from)),
-                            })))
-                            .await;
+                        socket.close(close_code::TRY_AGAIN_LATER, &cut_reason(resume_from)).await;
                         break;
                     }
                 }
                 None => {
                     // The sidecar stopped and this client has everything queued for it.
-                    let _ = socket
-                        .send(Message::Close(Some(CloseFrame {
-                            code: GOING_AWAY,
-                            reason: Utf8Bytes::from_static("patchbay is shutting down"),
-                        })))
-                        .await;
+                    socket.close(close_code::GOING_AWAY, "patchbay is shutting down").await;
                     break;
                 }
             },
-            incoming = socket.next() => {
-                // Every frame already read from the socket (bounded) goes into the graph in
-                // one hand-over; control flow is decided after that, in order.
-                let mut next = incoming;
-                let mut end = None;
-                // Frames read together arrived together: one clock reading for them.
-                ingest.normalizer.start_batch();
-                for taken in 1..=INGEST_BATCH {
-                    let kept = match next {
-                        None | Some(Ok(Message::Close(_))) => {
-                            end = Some(Ended::Closed);
-                            Ok(())
-                        }
-                        Some(Ok(Message::Text(text))) => ingest.take(&state, &text),
-                        Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                            Ok(text) => ingest.take(&state, text),
-                            Err(_) => {
-                                ingest.binary_violation(&state);
-                                Err("binary frame is not UTF-8 JSON".into())
-                            }
-                        },
-                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => Ok(()),
-                        Some(Err(e)) => {
-                            end = Some(Ended::Failed(e));
-                            Ok(())
-                        }
-                    };
-                    if let Err(why) = kept {
-                        end = ingest.refuse(&state, &why, &mut socket).await.err();
-                    }
-                    if end.is_some() || taken == INGEST_BATCH {
-                        break;
-                    }
-                    match socket.next().now_or_never() {
-                        Some(more) => next = more,
-                        None => break,
-                    }
-                }
-                ingest.normalizer.end_batch();
-                if ingest.flush(&state, &mut socket).await.is_err() {
+            read = socket.fill() => {
+                // The end of the stream without a close frame is a closed tab or a dropped
+                // network, not a broken rule (what was read is handed over already).
+                if !matches!(read, Ok(1..)) {
                     break;
                 }
-                match end {
-                    None => {}
-                    Some(Ended::Closed) => break,
-                    Some(Ended::Failed(e)) => {
-                        match violation(e) {
-                            Some(Violation::TooLong) => {
-                                let why = format!("frame larger than max_frame ({} bytes)", state.settings.max_frame);
-                                state.ws_violation(peer, &why);
+                match ingest.read_all(&state, &mut socket).await {
+                    Ok(()) => {}
+                    Err(Ended::Closed) => break,
+                    Err(Ended::Failed(violation)) => {
+                        let why = violation.to_string();
+                        state.ws_violation(peer, &why);
+                        match violation {
+                            Violation::TooLong(_) => {
                                 let _ = refuse(&state, &why, &mut socket).await;
-                                let _ = socket
-                                    .send(Message::Close(Some(CloseFrame {
-                                        code: 1009,
-                                        reason: Utf8Bytes::from_static("frame too large"),
-                                    })))
-                                    .await;
                             }
-                            Some(Violation::Other(what)) => {
-                                state.ws_violation(peer, &what);
-                                state.bad_input(&what);
-                            }
-                            None => {}
+                            Violation::NotUtf8 | Violation::Protocol(_) => state.bad_input(&why),
                         }
+                        socket.close(violation.close_code(), &why).await;
                         break;
                     }
                 }
@@ -536,12 +525,12 @@ async fn ws_session(
 enum Ended {
     /// The peer closed, or a reply could not be written.
     Closed,
-    /// Reading failed.
-    Failed(axum::Error),
+    /// The peer broke the protocol.
+    Failed(Violation),
 }
 
-impl From<axum::Error> for Ended {
-    fn from(_: axum::Error) -> Ended {
+impl From<std::io::Error> for Ended {
+    fn from(_: std::io::Error) -> Ended {
         Ended::Closed
     }
 }
@@ -559,6 +548,51 @@ struct Ingest {
 }
 
 impl Ingest {
+    /// Takes every message read (a frame cut short waits for the next read), answers pings
+    /// and refusals, and hands the signals to the graph (at most [`INGEST_BATCH`] at once).
+    async fn read_all(&mut self, state: &AppState, socket: &mut WsSocket) -> Result<(), Ended> {
+        // Frames read together arrived together: one clock reading for them.
+        self.normalizer.start_batch();
+        let ended = loop {
+            let kept = match socket.reader.decode_next() {
+                Ok(None) => break Ok(()),
+                Ok(Some(Incoming::Message(text, payload))) => {
+                    let bytes = socket.reader.bytes(&payload);
+                    match (std::str::from_utf8(bytes), text) {
+                        (Ok(frame), _) => self.take(state, frame),
+                        (Err(_), true) => break Err(Ended::Failed(Violation::NotUtf8)),
+                        (Err(_), false) => {
+                            self.binary_violation(state);
+                            Err("binary frame is not UTF-8 JSON".into())
+                        }
+                    }
+                }
+                Ok(Some(Incoming::Ping(data))) => {
+                    socket.queue_pong(&data);
+                    Ok(())
+                }
+                Ok(Some(Incoming::Close(_))) => {
+                    // The closing handshake (RFC 6455, 5.5.1): what came before is handed
+                    // over, then the close is answered.
+                    let _ = self.flush(state, socket).await;
+                    socket.close(close_code::NORMAL, "").await;
+                    break Err(Ended::Closed);
+                }
+                Err(violation) => break Err(Ended::Failed(violation)),
+            };
+            if let Err(why) = kept {
+                self.refuse(state, &why, socket).await?;
+            }
+            if self.signals.len() >= INGEST_BATCH {
+                self.flush(state, socket).await?;
+            }
+        };
+        self.normalizer.end_batch();
+        self.flush(state, socket).await?;
+        socket.flush().await?;
+        ended
+    }
+
     /// A binary message that is not UTF-8 JSON: counted each time, logged once per
     /// connection (the client stays connected and is told, so it could repeat it).
     fn binary_violation(&mut self, state: &AppState) {
@@ -590,7 +624,7 @@ impl Ingest {
         &mut self,
         state: &AppState,
         why: &str,
-        socket: &mut WebSocket,
+        socket: &mut WsSocket,
     ) -> Result<(), Ended> {
         self.flush(state, socket).await?;
         refuse(state, why, socket).await?;
@@ -602,7 +636,7 @@ impl Ingest {
 
     /// Hands the gathered signals to the graph, waiting at most `ingest_timeout` for room;
     /// the sender is told the ids of any it refused.
-    async fn flush(&mut self, state: &AppState, socket: &mut WebSocket) -> Result<(), Ended> {
+    async fn flush(&mut self, state: &AppState, socket: &mut WsSocket) -> Result<(), Ended> {
         let Some(inbound) = &state.inbound else {
             self.signals.clear();
             return Ok(());
@@ -624,47 +658,18 @@ impl Ingest {
                 "message": refusal_message(why),
                 "refused": ids,
             });
-            socket
-                .send(Message::Text(Utf8Bytes::from(frame.to_string())))
-                .await?;
+            socket.queue_text(&frame.to_string());
+            socket.flush().await?;
         }
         Ok(())
     }
 }
 
-/// A WebSocket protocol violation by the client, as read from the socket.
-enum Violation {
-    /// A message or frame over `max_frame`.
-    TooLong,
-    /// Anything else the protocol forbids (a bad frame, text that is not UTF-8); what.
-    Other(String),
-}
-
-/// What a read error says of the client: a violation, or `None` when it merely went away
-/// (reset, closed).
-fn violation(e: axum::Error) -> Option<Violation> {
-    use tokio_tungstenite::tungstenite::Error as WsError;
-    use tokio_tungstenite::tungstenite::error::ProtocolError;
-    let inner = e.into_inner();
-    match inner.downcast_ref::<WsError>()? {
-        // The TCP connection ended without a close frame: a closed tab or a dropped
-        // network, not a broken rule.
-        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
-        WsError::Capacity(_) => Some(Violation::TooLong),
-        WsError::Protocol(p) => Some(Violation::Other(format!("bad frame: {p}"))),
-        WsError::Utf8(_) => Some(Violation::Other("text message that is not UTF-8".into())),
-        WsError::AttackAttempt => Some(Violation::Other("attack attempt".into())),
-        WsError::ConnectionClosed | WsError::AlreadyClosed | WsError::Io(_) => None,
-        other => Some(Violation::Other(patchbay_transport::describe_ws_error(
-            other,
-        ))),
-    }
-}
-
-async fn refuse(state: &AppState, why: &str, socket: &mut WebSocket) -> Result<(), axum::Error> {
+/// Tells the client why its frame was refused (counted as bad input).
+async fn refuse(state: &AppState, why: &str, socket: &mut WsSocket) -> std::io::Result<()> {
     state.bad_input(why);
-    let frame = json!({"kind": "error", "message": why}).to_string();
-    socket.send(Message::Text(Utf8Bytes::from(frame))).await
+    socket.queue_text(&json!({"kind": "error", "message": why}).to_string());
+    socket.flush().await
 }
 
 async fn sse_handler(

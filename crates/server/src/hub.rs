@@ -290,28 +290,38 @@ impl Frame {
     pub fn text(&self, format: Format) -> Utf8Bytes {
         match format {
             Format::Sajou => self.sajou.clone(),
-            Format::Escapement => self
-                .escapement
-                .get_or_init(|| {
-                    // `{"kind":"event","seq","ts","event","data"}`, the payload's text
-                    // taken from the sajou form.
-                    let sajou = self.sajou.as_str();
-                    let payload = &sajou[self.payload_at..sajou.len() - 1];
-                    let kind = self.kind();
-                    let mut out = String::with_capacity(payload.len() + 64 + kind.len());
-                    out.push_str("{\"kind\":\"event\",\"seq\":");
-                    put_int(&mut out, self.seq);
-                    out.push_str(",\"ts\":");
-                    put_int(&mut out, self.timestamp);
-                    out.push_str(",\"event\":");
-                    put_str(&mut out, kind);
-                    out.push_str(",\"data\":");
-                    out.push_str(payload);
-                    out.push('}');
-                    to_text(out)
-                })
-                .clone(),
+            Format::Escapement => self.escapement().clone(),
         }
+    }
+
+    /// [`Frame::text`], borrowed (to copy it into a socket's buffer).
+    pub fn as_str(&self, format: Format) -> &str {
+        match format {
+            Format::Sajou => self.sajou.as_str(),
+            Format::Escapement => self.escapement().as_str(),
+        }
+    }
+
+    /// The Escapement form, made on first use.
+    fn escapement(&self) -> &Utf8Bytes {
+        self.escapement.get_or_init(|| {
+            // `{"kind":"event","seq","ts","event","data"}`, the payload's text taken from
+            // the sajou form.
+            let sajou = self.sajou.as_str();
+            let payload = &sajou[self.payload_at..sajou.len() - 1];
+            let kind = self.kind();
+            let mut out = String::with_capacity(payload.len() + 64 + kind.len());
+            out.push_str("{\"kind\":\"event\",\"seq\":");
+            put_int(&mut out, self.seq);
+            out.push_str(",\"ts\":");
+            put_int(&mut out, self.timestamp);
+            out.push_str(",\"event\":");
+            put_str(&mut out, kind);
+            out.push_str(",\"data\":");
+            out.push_str(payload);
+            out.push('}');
+            to_text(out)
+        })
     }
 }
 

@@ -41,6 +41,7 @@ mod inbound;
 mod status;
 pub mod tap;
 mod violations;
+pub mod websocket;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,0 +1,556 @@
+//! The server side of a sidecar's WebSocket connections (RFC 6455), after the upgrade.
+//!
+//! Why not axum's `WebSocket`: on the data path every message went through a shared
+//! `Bytes` of its own (a reference count up and down per message, each way), a zero-filled
+//! read buffer, and a conversion between axum's and tungstenite's message types. Here a
+//! connection reads into one buffer and hands out each message's bytes in place (unmasked
+//! there), and writes frames into one buffer flushed once, copying each frame's text
+//! straight from where the hub keeps it.
+//!
+//! The reading is a pure decoder ([`Reader`]: bytes in, messages out, no I/O), so that it is
+//! tested and fuzzed alone; the connection type of this module adds the socket. No
+//! extensions are negotiated (no compression), so every reserved bit must be clear.
+
+use std::ops::Range;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// How much a connection reads at once (and what its read buffer grows by).
+const READ_CHUNK: usize = 16 * 1024;
+
+/// A buffer grown beyond this for a large message is let go once it is empty again, so
+/// that one large message does not hold its memory for the connection's life.
+const KEEP_BUFFER: usize = 256 * 1024;
+
+/// Close codes (RFC 6455, 7.4.1).
+pub(crate) mod close_code {
+    /// A normal closure (the answer to the peer's close).
+    pub const NORMAL: u16 = 1000;
+    /// The endpoint is going away (patchbay shutting down).
+    pub const GOING_AWAY: u16 = 1001;
+    /// A protocol error.
+    pub const PROTOCOL: u16 = 1002;
+    /// A text message that is not UTF-8.
+    pub const INVALID_DATA: u16 = 1007;
+    /// A message larger than the limit.
+    pub const TOO_BIG: u16 = 1009;
+    /// Try again later: a lagging client of a lossless sidecar, cut off.
+    pub const TRY_AGAIN_LATER: u16 = 1013;
+}
+
+/// Why the peer's bytes are not a WebSocket stream the server can take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// A frame or message over the limit.
+    #[error("frame larger than max_frame ({0} bytes)")]
+    TooLong(usize),
+    /// A text message that is not UTF-8.
+    #[error("text message that is not UTF-8")]
+    NotUtf8,
+    /// Anything else the protocol forbids.
+    #[error("bad frame: {0}")]
+    Protocol(&'static str),
+}
+
+impl Violation {
+    /// The close code that tells the peer.
+    pub fn close_code(&self) -> u16 {
+        match self {
+            Violation::TooLong(_) => close_code::TOO_BIG,
+            Violation::NotUtf8 => close_code::INVALID_DATA,
+            Violation::Protocol(_) => close_code::PROTOCOL,
+        }
+    }
+}
+
+/// Where a message's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// In the reader's buffer (a message of one frame, the usual case), until more bytes
+    /// are added to it.
+    InBuffer(Range<usize>),
+    /// Put together from fragments.
+    Assembled(Vec<u8>),
+}
+
+/// What the peer sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    /// A data message: text (`true`) or binary, its bytes (see [`Reader::bytes`]).
+    Message(bool, Payload),
+    /// A ping, with its data (answered with a pong of the same data).
+    Ping(Vec<u8>),
+    /// A close, with the peer's code if it gave one.
+    Close(Option<u16>),
+}
+
+/// The decoding half of a connection: bytes in, messages out.
+#[derive(Debug)]
+pub struct Reader {
+    buffer: Vec<u8>,
+    /// Where the next frame starts in `buffer` (everything before is consumed).
+    at: usize,
+    /// The largest frame and message taken.
+    max: usize,
+    /// A fragmented message being put together: text or binary, and its bytes so far.
+    partial: Option<(bool, Vec<u8>)>,
+}
+
+impl Reader {
+    /// A reader taking frames and messages of up to `max` bytes.
+    pub fn new(max: usize) -> Reader {
+        Reader {
+            buffer: Vec::new(),
+            at: 0,
+            max,
+            partial: None,
+        }
+    }
+
+    /// Appends bytes that arrived (the socket itself reads in place).
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.compact();
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// Drops the consumed bytes, so the buffer holds only what is not decoded yet.
+    fn compact(&mut self) {
+        if self.at > 0 {
+            self.buffer.drain(..self.at);
+            self.at = 0;
+        }
+        if self.buffer.is_empty() && self.buffer.capacity() > KEEP_BUFFER {
+            self.buffer = Vec::new();
+        }
+    }
+
+    /// Reads what `io` has (at least one byte, or 0 at the end of the stream) after the
+    /// bytes not decoded yet. Cancel-safe: nothing is lost when the read is dropped.
+    pub(crate) async fn fill_from(
+        &mut self,
+        io: &mut (impl AsyncRead + Unpin),
+    ) -> std::io::Result<usize> {
+        self.compact();
+        if self.buffer.capacity() - self.buffer.len() < READ_CHUNK / 4 {
+            self.buffer.reserve(READ_CHUNK);
+        }
+        io.read_buf(&mut self.buffer).await
+    }
+
+    /// The bytes of a message's payload.
+    pub fn bytes<'a>(&'a self, payload: &'a Payload) -> &'a [u8] {
+        match payload {
+            Payload::InBuffer(range) => &self.buffer[range.clone()],
+            Payload::Assembled(bytes) => bytes,
+        }
+    }
+
+    /// Whether a frame was begun and not finished (bytes are waiting for the rest).
+    pub fn is_mid_frame(&self) -> bool {
+        self.at < self.buffer.len() || self.partial.is_some()
+    }
+
+    /// The next whole message or control frame in the buffer; `None` when more bytes are
+    /// needed. After a violation the stream is unusable (the caller closes it).
+    pub fn decode_next(&mut self) -> Result<Option<Incoming>, Violation> {
+        loop {
+            let Some((header, payload)) = self.frame()? else {
+                return Ok(None);
+            };
+            let opcode = header & 0x0f;
+            let fin = header & 0x80 != 0;
+            match opcode {
+                // Continuation.
+                0x0 => {
+                    let Some((text, mut bytes)) = self.partial.take() else {
+                        return Err(Violation::Protocol("continuation frame without a message"));
+                    };
+                    if bytes.len() + payload.len() > self.max {
+                        return Err(Violation::TooLong(self.max));
+                    }
+                    bytes.extend_from_slice(&self.buffer[payload]);
+                    if fin {
+                        return Ok(Some(Incoming::Message(text, Payload::Assembled(bytes))));
+                    }
+                    self.partial = Some((text, bytes));
+                }
+                0x1 | 0x2 => {
+                    if self.partial.is_some() {
+                        return Err(Violation::Protocol("new message before the last one ended"));
+                    }
+                    let text = opcode == 0x1;
+                    if fin {
+                        return Ok(Some(Incoming::Message(text, Payload::InBuffer(payload))));
+                    }
+                    self.partial = Some((text, self.buffer[payload].to_vec()));
+                }
+                0x8 => {
+                    let data = &self.buffer[payload];
+                    let code = match data.len() {
+                        0 => None,
+                        1 => return Err(Violation::Protocol("close frame of one byte")),
+                        _ => Some(u16::from_be_bytes([data[0], data[1]])),
+                    };
+                    if data.len() > 2 && std::str::from_utf8(&data[2..]).is_err() {
+                        return Err(Violation::Protocol("close reason that is not UTF-8"));
+                    }
+                    return Ok(Some(Incoming::Close(code)));
+                }
+                0x9 => return Ok(Some(Incoming::Ping(self.buffer[payload].to_vec()))),
+                // A pong needs no answer.
+                0xa => {}
+                _ => return Err(Violation::Protocol("unknown opcode")),
+            }
+        }
+    }
+
+    /// The next whole frame: its first header byte and its payload's place in the buffer,
+    /// unmasked there; `None` when more bytes are needed.
+    fn frame(&mut self) -> Result<Option<(u8, Range<usize>)>, Violation> {
+        let bytes = &self.buffer[self.at..];
+        let [first, second, ..] = *bytes else {
+            return Ok(None);
+        };
+        if first & 0x70 != 0 {
+            return Err(Violation::Protocol("reserved bits set"));
+        }
+        let control = first & 0x08 != 0;
+        if second & 0x80 == 0 {
+            return Err(Violation::Protocol("client frame without a mask"));
+        }
+        let (length, mut header_len) = match second & 0x7f {
+            126 => match bytes.get(2..4) {
+                Some(b) => (u64::from(u16::from_be_bytes([b[0], b[1]])), 4),
+                None => return Ok(None),
+            },
+            127 => match bytes.get(2..10) {
+                Some(b) => (u64::from_be_bytes(b.try_into().unwrap_or_default()), 10),
+                None => return Ok(None),
+            },
+            n => (u64::from(n), 2),
+        };
+        if control && (first & 0x80 == 0 || length > 125) {
+            return Err(Violation::Protocol("fragmented or long control frame"));
+        }
+        let length = match usize::try_from(length) {
+            Ok(n) if n <= self.max => n,
+            _ => return Err(Violation::TooLong(self.max)),
+        };
+        let Some(mask) = bytes.get(header_len..header_len + 4) else {
+            return Ok(None);
+        };
+        let mask: [u8; 4] = mask.try_into().unwrap_or_default();
+        header_len += 4;
+        if bytes.len() < header_len + length {
+            // Room for the whole frame at once.
+            self.buffer.reserve(header_len + length - bytes.len());
+            return Ok(None);
+        }
+        let start = self.at + header_len;
+        let payload = start..start + length;
+        unmask(&mut self.buffer[payload.clone()], mask);
+        self.at = payload.end;
+        Ok(Some((first, payload)))
+    }
+}
+
+/// Removes a client's mask (XOR with the 4-byte key, repeated), eight bytes at a time.
+fn unmask(bytes: &mut [u8], mask: [u8; 4]) {
+    let word = u64::from_ne_bytes([
+        mask[0], mask[1], mask[2], mask[3], mask[0], mask[1], mask[2], mask[3],
+    ]);
+    let mut chunks = bytes.chunks_exact_mut(8);
+    for chunk in &mut chunks {
+        let value = u64::from_ne_bytes(chunk.try_into().unwrap_or_default()) ^ word;
+        chunk.copy_from_slice(&value.to_ne_bytes());
+    }
+    for (byte, key) in chunks.into_remainder().iter_mut().zip(mask.iter().cycle()) {
+        *byte ^= key;
+    }
+}
+
+/// Appends an unmasked frame (a server's) with `opcode` and `payload` to `out`.
+fn put_frame(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
+    out.push(0x80 | opcode);
+    match payload.len() {
+        n @ 0..=125 => out.push(n as u8),
+        n @ 126..=0xffff => {
+            out.push(126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(payload);
+}
+
+/// A connection after the upgrade: a [`Reader`] and a write buffer over the socket.
+pub(crate) struct Socket<S> {
+    io: S,
+    /// What the peer sent, decoded.
+    pub(crate) reader: Reader,
+    write: Vec<u8>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
+    /// A connection over `io` taking messages of up to `max` bytes.
+    pub(crate) fn new(io: S, max: usize) -> Self {
+        Socket {
+            io,
+            reader: Reader::new(max),
+            write: Vec::new(),
+        }
+    }
+
+    /// Reads what arrived (0 at the end of the stream). Cancel-safe.
+    pub(crate) async fn fill(&mut self) -> std::io::Result<usize> {
+        self.reader.fill_from(&mut self.io).await
+    }
+
+    /// Queues a text frame (written by [`Socket::flush`]).
+    pub(crate) fn queue_text(&mut self, text: &str) {
+        put_frame(&mut self.write, 0x1, text.as_bytes());
+    }
+
+    /// Queues the pong that answers a ping with `data`.
+    pub(crate) fn queue_pong(&mut self, data: &[u8]) {
+        put_frame(&mut self.write, 0xa, data);
+    }
+
+    /// Queues a close frame with `code` and `reason` (cut to the 123 bytes a control frame
+    /// has room for, at a character boundary).
+    pub(crate) fn queue_close(&mut self, code: u16, reason: &str) {
+        let mut end = reason.len().min(123);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut payload = Vec::with_capacity(2 + end);
+        payload.extend_from_slice(&code.to_be_bytes());
+        payload.extend_from_slice(&reason.as_bytes()[..end]);
+        put_frame(&mut self.write, 0x8, &payload);
+    }
+
+    /// Writes everything queued.
+    pub(crate) async fn flush(&mut self) -> std::io::Result<()> {
+        if self.write.is_empty() {
+            return Ok(());
+        }
+        let result = self.io.write_all(&self.write).await;
+        self.write.clear();
+        if self.write.capacity() > KEEP_BUFFER {
+            self.write = Vec::new();
+        }
+        result?;
+        self.io.flush().await
+    }
+
+    /// Sends a close frame and ends the connection (after what was queued).
+    pub(crate) async fn close(&mut self, code: u16, reason: &str) {
+        self.queue_close(code, reason);
+        if self.flush().await.is_ok() {
+            let _ = self.io.shutdown().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client's frame: masked with `key`.
+    fn client_frame(first: u8, payload: &[u8], key: [u8; 4]) -> Vec<u8> {
+        let mut out = vec![first];
+        match payload.len() {
+            n @ 0..=125 => out.push(0x80 | n as u8),
+            n @ 126..=0xffff => {
+                out.push(0x80 | 126);
+                out.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                out.push(0x80 | 127);
+                out.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        out.extend_from_slice(&key);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+        out
+    }
+
+    fn text(reader: &mut Reader) -> Option<String> {
+        match reader.decode_next().expect("no violation")? {
+            Incoming::Message(true, payload) => {
+                Some(String::from_utf8(reader.bytes(&payload).to_vec()).unwrap())
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_of_every_length_form_arrive_whole_however_the_bytes_are_split() {
+        for len in [0, 1, 125, 126, 127, 1000, 65_535, 65_536, 70_000] {
+            let message: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+            let frame = client_frame(0x81, message.as_bytes(), [1, 2, 3, 0xff]);
+            for split in [1, 3, 7, 4096, frame.len()] {
+                let mut reader = Reader::new(100_000);
+                let mut got = None;
+                for piece in frame.chunks(split) {
+                    assert!(got.is_none());
+                    reader.push(piece);
+                    got = text(&mut reader);
+                }
+                assert_eq!(
+                    got.as_deref(),
+                    Some(message.as_str()),
+                    "len {len} split {split}"
+                );
+                assert!(!reader.is_mid_frame());
+            }
+        }
+    }
+
+    #[test]
+    fn fragments_are_put_together_around_control_frames() {
+        let mut reader = Reader::new(100);
+        let mut bytes = client_frame(0x01, b"hel", [9, 8, 7, 6]);
+        bytes.extend(client_frame(0x89, b"are you there", [1, 1, 1, 1]));
+        bytes.extend(client_frame(0x80, b"lo", [5, 5, 5, 5]));
+        bytes.extend(client_frame(0x82, &[0xff, 0x00], [0, 1, 0, 1]));
+        bytes.extend(client_frame(0x88, &[0x03, 0xe8, b'o', b'k'], [2, 2, 2, 2]));
+        reader.push(&bytes);
+        assert_eq!(
+            reader.decode_next(),
+            Ok(Some(Incoming::Ping(b"are you there".to_vec())))
+        );
+        assert_eq!(text(&mut reader).as_deref(), Some("hello"));
+        match reader.decode_next() {
+            Ok(Some(Incoming::Message(false, payload))) => {
+                assert_eq!(reader.bytes(&payload), [0xff, 0x00])
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(reader.decode_next(), Ok(Some(Incoming::Close(Some(1000)))));
+        assert_eq!(reader.decode_next(), Ok(None));
+    }
+
+    #[test]
+    fn what_the_protocol_forbids_is_a_violation() {
+        let cases: &[(&[u8], Violation)] = &[
+            (
+                &[0x81, 0x02, b'h', b'i'],
+                Violation::Protocol("client frame without a mask"),
+            ),
+            (
+                &[0xc1, 0x80, 0, 0, 0, 0],
+                Violation::Protocol("reserved bits set"),
+            ),
+            (
+                &[0x83, 0x80, 0, 0, 0, 0],
+                Violation::Protocol("unknown opcode"),
+            ),
+            (
+                &[0x80, 0x80, 0, 0, 0, 0],
+                Violation::Protocol("continuation frame without a message"),
+            ),
+            (
+                &[0x09, 0x80, 0, 0, 0, 0],
+                Violation::Protocol("fragmented or long control frame"),
+            ),
+            (
+                &[0x89, 0xfe, 0, 126, 0, 0, 0, 0],
+                Violation::Protocol("fragmented or long control frame"),
+            ),
+            (
+                &[0x88, 0x81, 0, 0, 0, 0, 1],
+                Violation::Protocol("close frame of one byte"),
+            ),
+            (
+                &[0x81, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0],
+                Violation::TooLong(64),
+            ),
+        ];
+        for (bytes, violation) in cases {
+            let mut reader = Reader::new(64);
+            // The header alone decides: no payload bytes are waited for.
+            reader.push(bytes);
+            assert_eq!(reader.decode_next().as_ref(), Err(violation), "{bytes:?}");
+        }
+        // A message too long in fragments, each within the limit.
+        let mut reader = Reader::new(64);
+        reader.push(&client_frame(0x01, &[b'x'; 40], [0; 4]));
+        reader.push(&client_frame(0x00, &[b'x'; 40], [0; 4]));
+        assert_eq!(reader.decode_next(), Err(Violation::TooLong(64)));
+        // A new message while one is in fragments.
+        let mut reader = Reader::new(64);
+        reader.push(&client_frame(0x01, b"a", [0; 4]));
+        reader.push(&client_frame(0x81, b"b", [0; 4]));
+        assert_eq!(
+            reader.decode_next(),
+            Err(Violation::Protocol("new message before the last one ended"))
+        );
+    }
+
+    #[test]
+    fn a_large_message_does_not_keep_its_buffer() {
+        let mut reader = Reader::new(1 << 20);
+        reader.push(&client_frame(0x82, &vec![7; 600_000], [1, 2, 3, 4]));
+        assert!(matches!(
+            reader.decode_next(),
+            Ok(Some(Incoming::Message(false, _)))
+        ));
+        reader.push(&client_frame(0x81, b"small", [1, 2, 3, 4]));
+        assert!(reader.buffer.capacity() <= KEEP_BUFFER);
+        assert_eq!(text(&mut reader).as_deref(), Some("small"));
+    }
+
+    #[tokio::test]
+    async fn a_ping_is_answered_and_text_is_framed_for_the_client() {
+        let (mut client, server) = tokio::io::duplex(1024);
+        let mut socket = Socket::new(server, 1024);
+        client
+            .write_all(&client_frame(0x89, b"are you there", [4, 3, 2, 1]))
+            .await
+            .unwrap();
+        assert!(socket.fill().await.unwrap() > 0);
+        match socket.reader.decode_next() {
+            Ok(Some(Incoming::Ping(data))) => socket.queue_pong(&data),
+            other => panic!("{other:?}"),
+        }
+        socket.queue_text("hi");
+        socket.queue_close(close_code::GOING_AWAY, "bye");
+        socket.flush().await.unwrap();
+        let mut got = vec![0; 2 + 13 + 2 + 2 + 2 + 5];
+        client.read_exact(&mut got).await.unwrap();
+        let mut expected = vec![0x8a, 13];
+        expected.extend_from_slice(b"are you there");
+        expected.extend_from_slice(&[0x81, 2, b'h', b'i', 0x88, 5, 0x03, 0xe9]);
+        expected.extend_from_slice(b"bye");
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn server_frames_use_the_shortest_length() {
+        for (len, header) in [(0, 2), (125, 2), (126, 4), (65_535, 4), (65_536, 10)] {
+            let mut out = Vec::new();
+            put_frame(&mut out, 0x1, &vec![b'a'; len]);
+            assert_eq!(out.len(), header + len);
+            assert_eq!(out[0], 0x81);
+        }
+    }
+
+    #[test]
+    fn unmasking_matches_the_definition_at_every_length() {
+        let key = [0x12, 0x34, 0x56, 0x78];
+        for len in 0..40 {
+            let plain: Vec<u8> = (0..len as u8).collect();
+            let mut bytes: Vec<u8> = plain
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ key[i % 4])
+                .collect();
+            unmask(&mut bytes, key);
+            assert_eq!(bytes, plain);
+        }
+    }
+}
