@@ -507,9 +507,7 @@ async fn ws_session(
                         let why = violation.to_string();
                         state.ws_violation(peer, &why);
                         match violation {
-                            Violation::TooLong(_) => {
-                                let _ = refuse(&state, &why, &mut socket).await;
-                            }
+                            Violation::TooLong(_) => refuse(&state, &why, &mut socket),
                             Violation::NotUtf8 | Violation::Protocol(_) => state.bad_input(&why),
                         }
                         socket.close(violation.close_code(), &why).await;
@@ -574,21 +572,21 @@ impl Ingest {
                 Ok(Some(Incoming::Close(_))) => {
                     // The closing handshake (RFC 6455, 5.5.1): what came before is handed
                     // over, then the close is answered.
-                    let _ = self.flush(state, socket).await;
+                    self.flush(state, socket).await;
                     socket.close(close_code::NORMAL, "").await;
                     break Err(Ended::Closed);
                 }
                 Err(violation) => break Err(Ended::Failed(violation)),
             };
             if let Err(why) = kept {
-                self.refuse(state, &why, socket).await?;
+                self.refuse(state, &why, socket).await;
             }
             if self.signals.len() >= INGEST_BATCH {
-                self.flush(state, socket).await?;
+                self.flush(state, socket).await;
             }
         };
         self.normalizer.end_batch();
-        self.flush(state, socket).await?;
+        self.flush(state, socket).await;
         socket.flush().await?;
         ended
     }
@@ -620,29 +618,23 @@ impl Ingest {
 
     /// Refuses a frame, after handing over the signals of the frames before it (replies
     /// keep the order of the frames).
-    async fn refuse(
-        &mut self,
-        state: &AppState,
-        why: &str,
-        socket: &mut WsSocket,
-    ) -> Result<(), Ended> {
-        self.flush(state, socket).await?;
-        refuse(state, why, socket).await?;
-        // The answer may have waited on the socket: the frames read after it get a clock
-        // reading of their own.
+    async fn refuse(&mut self, state: &AppState, why: &str, socket: &mut WsSocket) {
+        self.flush(state, socket).await;
+        refuse(state, why, socket);
+        // Handing over may have waited for room in the graph: the frames read after it get
+        // a clock reading of their own.
         self.normalizer.start_batch();
-        Ok(())
     }
 
     /// Hands the gathered signals to the graph, waiting at most `ingest_timeout` for room;
-    /// the sender is told the ids of any it refused.
-    async fn flush(&mut self, state: &AppState, socket: &mut WsSocket) -> Result<(), Ended> {
+    /// the sender is told (with the rest of this read's answers) the ids of any it refused.
+    async fn flush(&mut self, state: &AppState, socket: &mut WsSocket) {
         let Some(inbound) = &state.inbound else {
             self.signals.clear();
-            return Ok(());
+            return;
         };
         if self.signals.is_empty() {
-            return Ok(());
+            return;
         }
         let batch = self.signals.len();
         let emitted = inbound
@@ -659,17 +651,15 @@ impl Ingest {
                 "refused": ids,
             });
             socket.queue_text(&frame.to_string());
-            socket.flush().await?;
         }
-        Ok(())
     }
 }
 
-/// Tells the client why its frame was refused (counted as bad input).
-async fn refuse(state: &AppState, why: &str, socket: &mut WsSocket) -> std::io::Result<()> {
+/// Queues the error frame telling the client why its frame was refused (counted as bad
+/// input); it is written with whatever else the read being handled answers.
+fn refuse(state: &AppState, why: &str, socket: &mut WsSocket) {
     state.bad_input(why);
     socket.queue_text(&json!({"kind": "error", "message": why}).to_string());
-    socket.flush().await
 }
 
 async fn sse_handler(

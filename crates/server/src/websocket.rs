@@ -146,7 +146,8 @@ impl Reader {
     }
 
     /// Whether a frame was begun and not finished (bytes are waiting for the rest).
-    pub fn is_mid_frame(&self) -> bool {
+    #[cfg(test)]
+    fn is_mid_frame(&self) -> bool {
         self.at < self.buffer.len() || self.partial.is_some()
     }
 
