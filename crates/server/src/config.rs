@@ -18,9 +18,25 @@ pub struct SidecarConfig {
     /// free port.
     #[serde(default = "default_listen")]
     pub listen: String,
-    /// How many signals are kept for `?since` replay (at most 1000000).
+    /// How many signals are kept for `?since` replay, whatever their age (at most
+    /// 1000000; 0: no replay). A lossless sidecar also keeps every signal of the last
+    /// `resume_window_ms`.
     #[serde(default = "default_ring")]
     pub ring: usize,
+    /// A lossless sidecar (`when_full = "block"`) keeps every signal it published for at
+    /// least this long, in ms, besides the newest `ring`: a client that was cut off, or
+    /// whose connection dropped, and that comes back with `?since=N` within this long of
+    /// signal N+1's publication gets every signal after N, however many were published
+    /// meanwhile. 0: the ring's count alone. Ignored by other sidecars. At most 86400000
+    /// (one day).
+    #[serde(default = "default_resume_window_ms")]
+    pub resume_window_ms: u64,
+    /// The most text the ring may hold, in bytes (from 65536 to 68719476736, 64 GiB).
+    /// Past it the oldest signals go even when `ring` or `resume_window_ms` would keep
+    /// them: counted (`ring_evicted_early`) and logged, and a client that resumes from
+    /// one of them is told in a `gap` frame.
+    #[serde(default = "default_ring_max_bytes")]
+    pub ring_max_bytes: usize,
     /// How many frames each client may have waiting. When a client's queue is full, its
     /// oldest frames are dropped (it gets a `lagged` notice); with `when_full = "block"`
     /// nothing is dropped: the client is cut off (close 1013, after the frames queued for
@@ -75,12 +91,22 @@ pub struct SidecarConfig {
 
 /// The largest `max_frame`: 64 MiB.
 pub const MAX_FRAME_LIMIT: usize = 64 << 20;
+/// The smallest `ring_max_bytes`: 64 KiB.
+pub const MIN_RING_BYTES: usize = 64 << 10;
+/// The largest `ring_max_bytes`: 64 GiB.
+pub const MAX_RING_BYTES: usize = 64 << 30;
 
 fn default_listen() -> String {
     DEFAULT_LISTEN.into()
 }
 fn default_ring() -> usize {
     10_000
+}
+fn default_resume_window_ms() -> u64 {
+    60_000
+}
+fn default_ring_max_bytes() -> usize {
+    64 << 20
 }
 fn default_client_queue() -> usize {
     1024
@@ -106,6 +132,8 @@ impl Default for SidecarConfig {
         SidecarConfig {
             listen: default_listen(),
             ring: default_ring(),
+            resume_window_ms: default_resume_window_ms(),
+            ring_max_bytes: default_ring_max_bytes(),
             client_queue: default_client_queue(),
             token: None,
             allowed_origins: None,
@@ -128,6 +156,10 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Ring size.
     pub ring: usize,
+    /// How long a lossless sidecar keeps every frame (`resume_window_ms`).
+    pub resume_window: std::time::Duration,
+    /// The most text the ring holds, in bytes.
+    pub ring_max_bytes: usize,
     /// Per-client queue size (at least 1).
     pub client_queue: usize,
     /// The bearer token, if any.
@@ -169,6 +201,16 @@ impl Settings {
         let config: SidecarConfig = options.parse()?;
         options.check_range("ring", config.ring, 0..=MAX_QUEUE)?;
         options.check_range("client_queue", config.client_queue, 1..=MAX_QUEUE)?;
+        options.check_range(
+            "resume_window_ms",
+            config.resume_window_ms,
+            0..=MAX_DURATION_MS,
+        )?;
+        options.check_range(
+            "ring_max_bytes",
+            config.ring_max_bytes,
+            MIN_RING_BYTES..=MAX_RING_BYTES,
+        )?;
         options.check_range("max_frame", config.max_frame, 1..=MAX_FRAME_LIMIT)?;
         options.check_range(
             "ingest_timeout_ms",
@@ -234,6 +276,8 @@ impl Settings {
         Ok(Settings {
             listen,
             ring: config.ring,
+            resume_window: std::time::Duration::from_millis(config.resume_window_ms),
+            ring_max_bytes: config.ring_max_bytes,
             client_queue: config.client_queue,
             token: config.token,
             allowed_origins: config.allowed_origins,
@@ -313,6 +357,10 @@ mod tests {
             (s.ring, s.client_queue, s.max_frame),
             (10_000, 1024, 1 << 20)
         );
+        assert_eq!(
+            (s.resume_window.as_millis(), s.ring_max_bytes),
+            (60_000, 64 << 20)
+        );
         assert!(s.token.is_none());
         assert_eq!(s.limits, Limits::default());
         assert_eq!(s.limits.max_connections, 1024);
@@ -324,6 +372,8 @@ mod tests {
             ("header_timeout_ms = 0", 21),
             ("idle_timeout_ms = 86400001", 19),
             ("max_connections = 0", 19),
+            ("resume_window_ms = 86400001", 20),
+            ("ring_max_bytes = 65535", 18),
         ] {
             let err = Options::parse_snippet_with(&format!("ring = 1\n{text}"), |o| {
                 Settings::from_options(o)

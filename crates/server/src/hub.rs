@@ -12,11 +12,17 @@
 //!   every frame queued for it, a `lagged` notice and the end of its stream, and resumes
 //!   with `?since=N` from the ring, told of the exact range the ring no longer holds (a
 //!   `gap` notice). No frame is ever dropped silently, and the other clients go on.
+//!
+//! The ring keeps the newest frames by count and, on a lossless sidecar, every frame of
+//! the resume window by age ([`RingLimits`]), within a bound on its text: a client that
+//! went away comes back to everything it missed, however fast frames were published
+//! meanwhile, as long as it comes back within the window.
 
 use std::collections::VecDeque;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
@@ -648,11 +654,37 @@ impl Client {
     }
 }
 
+/// What the replay ring keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingLimits {
+    /// The newest frames kept whatever their age (`ring`); 0: no ring, no replay.
+    pub frames: usize,
+    /// Every frame published less than this long ago is kept too (a lossless sidecar's
+    /// `resume_window_ms`; zero: the count alone).
+    pub window: Duration,
+    /// The most text the ring keeps (`ring_max_bytes`): past it the oldest frames go
+    /// even when the count or the window would keep them, and are counted
+    /// (`ring_evicted_early`). The newest frame is always kept.
+    pub max_bytes: usize,
+}
+
+impl RingLimits {
+    /// A ring of `frames` frames by count alone, with no bound on its text (tests).
+    #[cfg(test)]
+    pub fn count(frames: usize) -> RingLimits {
+        RingLimits {
+            frames,
+            window: Duration::ZERO,
+            max_bytes: usize::MAX,
+        }
+    }
+}
+
 /// The sidecar's frames and clients.
 #[derive(Debug)]
 pub struct Hub {
     inner: Mutex<HubInner>,
-    ring: usize,
+    ring: RingLimits,
     client_queue: usize,
     /// A full client queue cuts the client off instead of dropping (`when_full = "block"`).
     lossless: bool,
@@ -661,6 +693,8 @@ pub struct Hub {
     client_dropped: AtomicU64,
     /// Clients cut off for lagging (lossless hub), all together.
     clients_cut: AtomicU64,
+    /// Frames the ring let go that its count or window would have kept (`max_bytes`).
+    evicted_early: AtomicU64,
     /// Set when the drain deadline passed: the remaining connections are dropped.
     abandoned: watch::Sender<bool>,
     /// How many clients are connected (to wait for the last one to leave).
@@ -670,12 +704,91 @@ pub struct Hub {
 #[derive(Debug, Default)]
 struct HubInner {
     ring: VecDeque<FrameRef>,
+    /// The bytes of text of the frames in the ring.
+    ring_bytes: usize,
+    /// When frames were published, for the window (only kept when there is one): the
+    /// frames from a mark's `seq` up to the next mark's were published at its `at` or
+    /// before. The first mark covers the ring's first frame.
+    marks: VecDeque<Mark>,
+    /// When running out of `max_bytes` was last logged.
+    early_warned: Option<Instant>,
     /// The seq of the newest frame published (0 before the first).
     published: u64,
     clients: Vec<Arc<Client>>,
     next_client: u64,
     lagged_clients: usize,
     closed: bool,
+}
+
+/// How often running out of `ring_max_bytes` is logged while it goes on (it is counted
+/// every time).
+const EARLY_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Frames published from `seq` on (up to the next mark) were published between `opened`
+/// and `at`.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    seq: u64,
+    opened: Instant,
+    at: Instant,
+}
+
+impl HubInner {
+    /// Notes that frames from `seq` on were published at `now`. A mark takes the frames of
+    /// a 64th of the window and says the latest time among them: a frame's age is never
+    /// overstated, so it is kept at least the window, and there are about 64 marks.
+    fn mark(&mut self, seq: u64, now: Instant, window: Duration) {
+        match self.marks.back_mut() {
+            Some(mark) if now.saturating_duration_since(mark.opened) < window / 64 => {
+                mark.at = now;
+            }
+            _ => self.marks.push_back(Mark {
+                seq,
+                opened: now,
+                at: now,
+            }),
+        }
+    }
+
+    /// Lets the oldest frames go until the ring is within `limits`, into `evicted` (freed
+    /// after the hub's lock). Returns how many of them the count or the window would have
+    /// kept (let go for `max_bytes`).
+    fn trim(
+        &mut self,
+        limits: RingLimits,
+        now: Option<Instant>,
+        evicted: &mut Vec<FrameRef>,
+    ) -> u64 {
+        let mut early = 0;
+        while self.ring.len() > 1 {
+            let over_bytes = self.ring_bytes > limits.max_bytes;
+            let over_count = self.ring.len() > limits.frames;
+            if !over_bytes && !over_count {
+                break;
+            }
+            // The first mark says when the ring's first frame was published.
+            let in_window = match (now, self.marks.front()) {
+                (Some(now), Some(mark)) => now.saturating_duration_since(mark.at) < limits.window,
+                _ => false,
+            };
+            if !over_bytes && in_window {
+                break;
+            }
+            if in_window || !over_count {
+                early += 1;
+            }
+            let Some(frame) = self.ring.pop_front() else {
+                break;
+            };
+            self.ring_bytes -= frame.sajou.len();
+            evicted.push(frame);
+            let next = self.ring.front().map_or(u64::MAX, |f| f.seq);
+            while self.marks.get(1).is_some_and(|mark| mark.seq <= next) {
+                self.marks.pop_front();
+            }
+        }
+        early
+    }
 }
 
 /// What a subscribing client gets before its live frames.
@@ -703,11 +816,11 @@ impl Drop for Subscription {
 }
 
 impl Hub {
-    /// A hub keeping `ring` frames, with `client_queue` frames per client; its gauges go
-    /// to `stats`. A `lossless` hub cuts off a client whose queue is full instead of
-    /// dropping its frames.
+    /// A hub whose ring keeps what `ring` says, with `client_queue` frames per client;
+    /// its gauges go to `stats`. A `lossless` hub cuts off a client whose queue is full
+    /// instead of dropping its frames.
     pub fn new(
-        ring: usize,
+        ring: RingLimits,
         client_queue: usize,
         lossless: bool,
         stats: Arc<ComponentStats>,
@@ -720,6 +833,7 @@ impl Hub {
             stats,
             client_dropped: AtomicU64::new(0),
             clients_cut: AtomicU64::new(0),
+            evicted_early: AtomicU64::new(0),
             abandoned: watch::Sender::new(false),
             connected: watch::Sender::new(0),
         };
@@ -746,7 +860,14 @@ impl Hub {
 
     /// Publishes numbered signals, in order: into the ring and every client's queue, with
     /// one lock of the hub and one of each client for the whole batch.
-    pub fn publish_all(&self, mut frames: Vec<FrameRef>) {
+    pub fn publish_all(&self, frames: Vec<FrameRef>) {
+        // The clock is read only when the ring keeps frames by age.
+        let now = (!self.ring.window.is_zero()).then(Instant::now);
+        self.publish_at(frames, now);
+    }
+
+    /// [`Hub::publish_all`] at `now` (`None`: the ring keeps frames by count alone).
+    fn publish_at(&self, mut frames: Vec<FrameRef>, now: Option<Instant>) {
         let Some(last) = frames.last().map(|f| f.seq) else {
             return;
         };
@@ -765,13 +886,38 @@ impl Hub {
         }
         // The ring takes the batch's own shares (the clients' queues have theirs); frames
         // it has no room for are freed after the lock, with those it lets go.
-        if self.ring > 0 {
-            let skip = frames.len().saturating_sub(self.ring);
+        let mut early = 0;
+        if self.ring.frames > 0 {
+            if let (Some(now), Some(first)) = (now, frames.first()) {
+                inner.mark(first.seq, now, self.ring.window);
+            }
+            // By count alone, a batch larger than the ring keeps only its newest frames.
+            let skip = match now {
+                None => frames.len().saturating_sub(self.ring.frames),
+                Some(_) => 0,
+            };
             for frame in frames.drain(skip..) {
-                if inner.ring.len() >= self.ring {
-                    evicted.extend(inner.ring.pop_front());
-                }
+                inner.ring_bytes += frame.sajou.len();
                 inner.ring.push_back(frame);
+            }
+            early = inner.trim(self.ring, now, &mut evicted);
+        }
+        if early > 0 {
+            let total = self.evicted_early.fetch_add(early, Ordering::Relaxed) + early;
+            self.stats.set_gauge("ring_evicted_early", total as f64);
+            let at = now.unwrap_or_else(Instant::now);
+            if inner
+                .early_warned
+                .is_none_or(|t| at.saturating_duration_since(t) >= EARLY_WARN_EVERY)
+            {
+                inner.early_warned = Some(at);
+                tracing::warn!(
+                    evicted_early = total,
+                    ring_max_bytes = self.ring.max_bytes,
+                    "the sidecar's ring reached ring_max_bytes: it let frames go that a \
+                     client resuming within the window could still need (such a client \
+                     gets a gap frame)"
+                );
             }
         }
         if dropped > 0 {
@@ -931,6 +1077,10 @@ mod tests {
     }
 
     fn hub_with(ring: usize, queue: usize, lossless: bool) -> Arc<Hub> {
+        hub_limited(RingLimits::count(ring), queue, lossless)
+    }
+
+    fn hub_limited(ring: RingLimits, queue: usize, lossless: bool) -> Arc<Hub> {
         Arc::new(Hub::new(
             ring,
             queue,
@@ -1195,5 +1345,131 @@ mod tests {
             .subscribe(Some(9), Format::Sajou, TypeFilter::default())
             .unwrap();
         assert_eq!((replay.gap, replay.frames.len()), (None, 0));
+    }
+
+    /// A lossless hub whose ring keeps 3 frames by count and a minute by age.
+    fn windowed(max_bytes: usize) -> Arc<Hub> {
+        hub_limited(
+            RingLimits {
+                frames: 3,
+                window: Duration::from_secs(60),
+                max_bytes,
+            },
+            2,
+            true,
+        )
+    }
+
+    fn publish_at(h: &Hub, seqs: std::ops::RangeInclusive<u64>, at: Instant) {
+        let first = *seqs.start();
+        let signals: Vec<_> = seqs.map(|_| sig("a")).collect();
+        h.publish_at(frames(first, signals), Some(at));
+    }
+
+    #[test]
+    fn a_lossless_ring_keeps_what_a_cut_client_missed_for_the_window_however_much_follows() {
+        // The soak's case: a client cut after 2 comes back when far more than `ring`
+        // frames were published meanwhile. By count alone it is told of a gap…
+        let by_count = hub_with(3, 2, true);
+        let (slow, _) = by_count
+            .subscribe(None, Format::Sajou, TypeFilter::default())
+            .unwrap();
+        let start = Instant::now();
+        for seq in 1..=500 {
+            by_count.publish(frame(seq, sig("a")));
+        }
+        assert!(matches!(
+            std::iter::from_fn(|| next_now(&slow.client)).last(),
+            Some(Outgoing::Cut(2))
+        ));
+        let (_s, replay) = by_count
+            .subscribe(Some(2), Format::Sajou, TypeFilter::default())
+            .unwrap();
+        assert_eq!(replay.gap, Some((3, 497)));
+
+        // …with the window, it gets every frame, whatever the count.
+        let h = windowed(usize::MAX);
+        let (slow, _) = h
+            .subscribe(None, Format::Sajou, TypeFilter::default())
+            .unwrap();
+        for seq in 1..=500 {
+            publish_at(&h, seq..=seq, start + Duration::from_millis(seq * 100));
+        }
+        assert!(matches!(
+            std::iter::from_fn(|| next_now(&slow.client)).last(),
+            Some(Outgoing::Cut(2))
+        ));
+        // 50 s after frame 1: everything is within the window.
+        let (_s, replay) = h
+            .subscribe(Some(2), Format::Sajou, TypeFilter::default())
+            .unwrap();
+        assert_eq!(replay.gap, None);
+        assert_eq!(
+            replay.frames.iter().map(|f| f.seq).collect::<Vec<_>>(),
+            (3..=500).collect::<Vec<_>>()
+        );
+        assert_eq!(h.stats.snapshot().gauges.get("ring_evicted_early"), None);
+    }
+
+    #[test]
+    fn frames_older_than_the_window_go_down_to_the_count() {
+        let h = windowed(usize::MAX);
+        let start = Instant::now();
+        publish_at(&h, 1..=100, start);
+        publish_at(&h, 101..=200, start + Duration::from_secs(30));
+        // Both batches are within the window.
+        assert_eq!(h.lock().ring.len(), 200);
+        // A minute after the first batch it goes; the second stays.
+        publish_at(&h, 201..=201, start + Duration::from_secs(61));
+        assert_eq!(h.lock().ring.front().map(|f| f.seq), Some(101));
+        let (_s, replay) = h
+            .subscribe(Some(0), Format::Sajou, TypeFilter::default())
+            .unwrap();
+        assert_eq!(replay.gap, Some((1, 100)));
+        // Past the window of everything, the newest `ring` frames stay.
+        publish_at(&h, 202..=202, start + Duration::from_secs(200));
+        let ring: Vec<_> = h.lock().ring.iter().map(|f| f.seq).collect();
+        assert_eq!(ring, [200, 201, 202]);
+        assert!(h.lock().ring_bytes > 0);
+    }
+
+    #[test]
+    fn the_ring_text_bound_lets_the_oldest_go_and_counts_what_the_window_would_keep() {
+        // Seqs of two digits: frames of one length. Room for ten of them.
+        let one = frame(10, sig("a")).sajou.len();
+        let h = windowed(10 * one);
+        let start = Instant::now();
+        publish_at(&h, 10..=34, start);
+        let inner = h.lock();
+        assert_eq!(inner.ring.len(), 10);
+        assert_eq!(inner.ring.front().map(|f| f.seq), Some(25));
+        assert!(inner.ring_bytes <= 10 * one);
+        drop(inner);
+        assert_eq!(h.stats.snapshot().gauges["ring_evicted_early"], 15.0);
+        let (_s, replay) = h
+            .subscribe(Some(0), Format::Sajou, TypeFilter::default())
+            .unwrap();
+        assert_eq!(replay.gap, Some((1, 24)));
+        // The newest frame stays, however large.
+        let tiny = windowed(1);
+        publish_at(&tiny, 1..=3, start);
+        assert_eq!(tiny.lock().ring.len(), 1);
+    }
+
+    #[test]
+    fn publication_marks_stay_few_and_never_make_a_frame_older_than_it_is() {
+        let h = windowed(usize::MAX);
+        let start = Instant::now();
+        // Ten minutes of a frame every 10 ms.
+        for seq in 1..=60_000u64 {
+            publish_at(&h, seq..=seq, start + Duration::from_millis(seq * 10));
+            let inner = h.lock();
+            assert!(inner.marks.len() <= 66, "{} marks", inner.marks.len());
+        }
+        // Every frame of the last minute is there.
+        let inner = h.lock();
+        let first = inner.ring.front().map(|f| f.seq).unwrap();
+        assert!(first <= 60_000 - 6000 + 1, "the ring starts at {first}");
+        assert!(inner.ring.len() < 6100, "{} frames", inner.ring.len());
     }
 }

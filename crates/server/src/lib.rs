@@ -19,9 +19,12 @@
 //! client loses nothing silently: it gets what was queued for it, the `lagged` frame and a
 //! close (1013, the reason naming `?since=N`); reconnecting with `?since=N` replays the
 //! ring, preceded by `{"kind":"gap","from":A,"to":B,"missed":M}` if the ring no longer
-//! holds all of it. The output's stats carry the gauges `clients`, `lagged_clients`
-//! (connected clients that have lagged), `client_frames_dropped`, `clients_cut` and
-//! `port` (the bound port, useful with `listen = "127.0.0.1:0"`).
+//! holds all of it. A lossless sidecar's ring keeps every frame of the last
+//! `resume_window_ms` besides the newest `ring`, within `ring_max_bytes`: a client that
+//! comes back within the window of the first frame it missed gets every frame. The
+//! output's stats carry the gauges `clients`, `lagged_clients` (connected clients that
+//! have lagged), `client_frames_dropped`, `clients_cut`, `ring_evicted_early` and `port`
+//! (the bound port, useful with `listen = "127.0.0.1:0"`).
 //!
 //! Each run of a sidecar has an **epoch**, a fresh id sent in the `X-Patchbay-Epoch` header
 //! of the `/ws` and `/events` responses (and in `/health`): `seq` numbers are only
@@ -137,6 +140,10 @@ const GAUGES: &[(&str, &str)] = &[
         "Clients of a lossless sidecar cut off for lagging, since start (they resume by seq).",
     ),
     (
+        "ring_evicted_early",
+        "Frames a sidecar's ring let go for ring_max_bytes that ring or resume_window_ms would have kept, since start.",
+    ),
+    (
         "client_frames_dropped",
         "Frames queued for clients that the drain timeout at shutdown left undelivered.",
     ),
@@ -153,10 +160,19 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
     cx.stats().set_gauge("port", f64::from(local.port()));
     tracing::info!(sidecar = %name, "listening: ws://{local}/ws  http://{local}/events  http://{local}/");
 
+    let lossless = cx.queue().policy() == WhenFull::Block;
     let hub = Arc::new(hub::Hub::new(
-        settings.ring,
+        hub::RingLimits {
+            frames: settings.ring,
+            window: if lossless {
+                settings.resume_window
+            } else {
+                Duration::ZERO
+            },
+            max_bytes: settings.ring_max_bytes,
+        },
         settings.client_queue,
-        cx.queue().policy() == WhenFull::Block,
+        lossless,
         Arc::clone(cx.stats()),
     ));
     let published = Arc::new(AtomicU64::new(0));

@@ -225,18 +225,19 @@ async fn read_session(ws: &mut Ws, last: u64) -> Session {
     }
 }
 
-/// A client that never reads while 3200 large signals go through a lossless sidecar: it
-/// is cut off, not dropped from; reconnecting with `since` it gets the ring's frames and a
-/// gap notice for exactly what the ring no longer holds. The reading client is not held up.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_client_of_a_lossless_sidecar_misses_nothing_silently() {
-    const N: u64 = 3200;
+const N: u64 = 3200;
+const RING: u64 = 1000;
+
+/// A client that never reads while 3200 large signals go through a lossless sidecar
+/// (`options` added to its config): it is cut off, not dropped from, and the reading
+/// client is not held up. Returns the server, the seq the stalled client was told to
+/// resume from, and what it got up to it.
+async fn a_client_stalls_while_3200_signals_pass(name: &str, options: &str) -> (Server, u64) {
     const BATCH: u64 = 32;
-    const RING: u64 = 1000;
     let server = start(
-        "ui_lossless",
-        &["ui_lossless.inbound"],
-        &format!("when_full = \"block\"\nclient_queue = 64\nring = {RING}\n"),
+        name,
+        &[&format!("{name}.inbound")],
+        &format!("when_full = \"block\"\nclient_queue = 64\nring = {RING}\n{options}"),
         "",
     )
     .await;
@@ -279,7 +280,7 @@ async fn a_slow_client_of_a_lossless_sidecar_misses_nothing_silently() {
         .unwrap();
     }
     guard("the reading client finishes", reading).await.unwrap();
-    let ui = server.component("ui_lossless").await;
+    let ui = server.component(name).await;
     assert_eq!(ui["gauges"]["clients_cut"], 1.0, "{ui}");
     assert!(ui["gauges"].get("client_frames_dropped").is_none(), "{ui}");
 
@@ -289,16 +290,59 @@ async fn a_slow_client_of_a_lossless_sidecar_misses_nothing_silently() {
     assert_eq!(first.seqs, (1..=resume_from).collect::<Vec<_>>());
     assert!(
         resume_from < N - RING,
-        "the ring no longer covers it: {resume_from}"
+        "more than `ring` frames followed the cut: {resume_from}"
     );
     let (code, reason) = first.close.expect("a close frame");
     assert_eq!(CloseCode::from(code), CloseCode::Again);
     assert!(reason.contains(&format!("since={resume_from}")), "{reason}");
+    (server, resume_from)
+}
 
-    // Resuming: the exact gap, then the ring up to the last frame.
+/// The soak's case, made deterministic: far more than `ring` frames are published after a
+/// client of a lossless sidecar is cut off, and it comes back within the resume window
+/// (the default, a minute): it gets every frame, no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_client_back_within_the_window_misses_nothing_however_much_followed() {
+    let (server, resume_from) = a_client_stalls_while_3200_signals_pass("ui_window", "").await;
+    let mut again = ws(&server.ws_url(&format!("since={resume_from}"))).await;
+    let second = read_session(&mut again, N).await;
+    assert_eq!(second.gaps, []);
+    assert_eq!(second.seqs, (resume_from + 1..=N).collect::<Vec<_>>());
+    let ui = server.component("ui_window").await;
+    assert!(ui["gauges"].get("ring_evicted_early").is_none(), "{ui}");
+    server.stop().await;
+}
+
+/// With the ring's count alone (`resume_window_ms = 0`), reconnecting with `since` gives
+/// the ring's frames and a gap notice for exactly what the ring no longer holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_count_alone_a_cut_client_is_told_exactly_what_the_ring_lost() {
+    let (server, resume_from) =
+        a_client_stalls_while_3200_signals_pass("ui_count", "resume_window_ms = 0\n").await;
     let mut again = ws(&server.ws_url(&format!("since={resume_from}"))).await;
     let second = read_session(&mut again, N).await;
     assert_eq!(second.gaps, [(resume_from + 1, N - RING)]);
     assert_eq!(second.seqs, (N - RING + 1..=N).collect::<Vec<_>>());
+    server.stop().await;
+}
+
+/// A ring bounded in bytes below what the window needs lets the oldest frames go: counted
+/// (`ring_evicted_early`), and a resuming client is told of them in a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_beyond_ring_max_bytes_is_counted_and_named_in_a_gap() {
+    // Frames of about 8 KiB: room for about 1500 of the 3200.
+    let (server, resume_from) =
+        a_client_stalls_while_3200_signals_pass("ui_bytes", "ring_max_bytes = 12582912\n").await;
+    let mut again = ws(&server.ws_url(&format!("since={resume_from}"))).await;
+    let second = read_session(&mut again, N).await;
+    let [(from, to)] = second.gaps[..] else {
+        panic!("one gap: {second:?}");
+    };
+    assert_eq!(from, resume_from + 1);
+    assert_eq!(second.seqs, (to + 1..=N).collect::<Vec<_>>());
+    assert!(N - to < RING + 600 && N - to > RING, "{to}");
+    let ui = server.component("ui_bytes").await;
+    // Every frame let go was within the window.
+    assert_eq!(ui["gauges"]["ring_evicted_early"], to as f64, "{ui}");
     server.stop().await;
 }
