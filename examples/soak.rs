@@ -28,9 +28,9 @@
 //! was lost, a signal arrived twice, the subscriber saw a gap or a jump in `seq`, the
 //! daemon panicked or exited non-zero (or did not exit within 30 s of SIGTERM), malformed
 //! input went uncounted, a reload failed, or RSS grew without bound: of the run after its
-//! first minute (while the sidecar's ring fills), the largest sample of the last third is
+//! first two minutes (while the sidecar's ring fills), the largest sample of the last third is
 //! over 1.5 times the largest of the first third and over it by more than 16 MB (runs
-//! shorter than 2.5 minutes are not judged on RSS).
+//! shorter than 3.5 minutes are not judged on RSS).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -56,14 +56,23 @@ const WS_MAX_FRAME: usize = 65_536;
 const SSE_MAX_LINE: usize = 65_536;
 /// The sidecar's `max_frame` (largest POST body or ingest frame).
 const SIDECAR_MAX_FRAME: usize = 262_144;
+/// The sidecar's `resume_window_ms`. The lossless subscriber stalls for 20 s now and then
+/// and reads only a little faster than frames are published (its receive buffer is
+/// small), so it can be a minute behind when it comes back: the window is two, and the
+/// ring's text bound holds two minutes of the soak's traffic (about 600 frames of 1 KB a
+/// second).
+const RESUME_WINDOW_MS: u64 = 120_000;
+/// The sidecar's `ring_max_bytes`.
+const RING_MAX_BYTES: usize = 256 << 20;
 /// How often the daemon's RSS and `/metrics` are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// RSS growth that fails the soak: last third's max over this factor of the first third's…
 const RSS_FACTOR: f64 = 1.5;
 /// …and over it by more than this (allocator noise on a small process is not growth).
 const RSS_SLACK_KB: u64 = 16 * 1024;
-/// RSS before this is not judged: the sidecar's ring fills during the first minute.
-const RSS_WARM_UP: Duration = Duration::from_secs(60);
+/// RSS before this is not judged: the sidecar's ring fills during the first two minutes
+/// (its resume window).
+const RSS_WARM_UP: Duration = Duration::from_millis(RESUME_WINDOW_MS);
 /// The growth rule is applied when the run lasts at least this long after the warm-up.
 const RSS_MIN_SPAN: Duration = Duration::from_secs(90);
 
@@ -74,6 +83,11 @@ struct Options {
     rate: u64,
     /// Keep the scratch directory (config, daemon log) even when the soak passes.
     keep: bool,
+    /// Seeds every random choice of the soak (upstream lifetimes, ingest batch sizes and
+    /// sessions, vanishing clients), so that a failing run's choices can be made again.
+    seed: u64,
+    /// Seconds between reloads.
+    reload_every: u64,
 }
 
 fn options() -> Options {
@@ -82,6 +96,8 @@ fn options() -> Options {
         patchbay: "target/release/patchbay".into(),
         rate: 400,
         keep: false,
+        seed: 1,
+        reload_every: 60,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -91,6 +107,10 @@ fn options() -> Options {
             "--minutes" => o.minutes = value.parse().expect("--minutes N"),
             "--patchbay" => o.patchbay = value.into(),
             "--rate" => o.rate = value.parse::<u64>().expect("--rate N").max(10),
+            "--seed" => o.seed = value.parse().expect("--seed N"),
+            "--reload-every" => {
+                o.reload_every = value.parse::<u64>().expect("--reload-every SECONDS").max(5)
+            }
             "--keep" => {
                 o.keep = true;
                 i += 1;
@@ -98,7 +118,7 @@ fn options() -> Options {
             }
             other => {
                 eprintln!(
-                    "soak: unknown argument {other}\nusage: soak [--minutes N] [--patchbay PATH] [--rate N] [--keep]"
+                    "soak: unknown argument {other}\nusage: soak [--minutes N] [--patchbay PATH] [--rate N] [--seed N] [--reload-every SECONDS] [--keep]"
                 );
                 std::process::exit(2);
             }
@@ -111,6 +131,9 @@ fn options() -> Options {
 /// Counters shared by every task of the soak.
 #[derive(Default)]
 struct Tally {
+    /// `--seed`: each task's random choices start from it (mixed with the task's own
+    /// constant, see [`Tally::rng`]).
+    seed: u64,
     /// Set when the run's time is up: senders and fault injectors stop.
     stop: AtomicBool,
     /// Ingested signals sent (each numbered once).
@@ -150,6 +173,12 @@ struct Tally {
 impl Tally {
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// The random choices of one task: the run's seed mixed with the task's constant
+    /// (xorshift needs a nonzero state).
+    fn rng(&self, task: u64) -> Rng {
+        Rng((self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ task).max(1))
     }
 }
 
@@ -194,9 +223,18 @@ inputs = ["ui.inbound", "upstream"]
 listen = "127.0.0.1:{ui}"
 when_full = "block"
 ring = 20000
+resume_window_ms = {RESUME_WINDOW_MS}
+ring_max_bytes = {RING_MAX_BYTES}
 max_frame = {SIDECAR_MAX_FRAME}
 "#
     )
+}
+
+/// The wall clock in ms since the Unix epoch (what a signal's `timestamp` says).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A numbered signal, with `pad` bytes of padding.
@@ -250,12 +288,12 @@ async fn http(port: u16, method: &str, path: &str, body: &[u8]) -> std::io::Resu
 /// Runs `serve` on `port` for a few seconds at a time: then the listener and every
 /// connection are dropped at once (no close frame, no end of stream), and after a pause it
 /// starts again, until the soak stops.
-async fn restarting<F, Fut>(port: u16, tally: Arc<Tally>, seed: u64, websocket: bool, serve: F)
+async fn restarting<F, Fut>(port: u16, tally: Arc<Tally>, task: u64, websocket: bool, serve: F)
 where
     F: Fn(TcpStream, Instant) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let mut rng = Rng(seed);
+    let mut rng = tally.rng(task);
     while !tally.stopping() {
         let listener = loop {
             match TcpListener::bind(("127.0.0.1", port)).await {
@@ -425,7 +463,7 @@ async fn sse_upstream_connection(
 /// 50th (bad JSON, a non-string `type`, an array with one bad element, a body over
 /// `max_frame`).
 async fn post_sender(port: u16, rate: u64, tally: Arc<Tally>, next: Arc<AtomicU64>) {
-    let mut rng = Rng(0x5eed_0001);
+    let mut rng = tally.rng(0x5eed_0001);
     let mut k = 0u64;
     let started = Instant::now();
     let mut sent_here = 0u64;
@@ -519,7 +557,7 @@ async fn pace(started: Instant, sent: u64, rate: u64) {
 /// acknowledges what it carried that was not refused), with a malformed frame every 40th
 /// (bad JSON, a non-string `type`, a non-UTF-8 binary frame).
 async fn ws_sender(port: u16, rate: u64, tally: Arc<Tally>, next: Arc<AtomicU64>) {
-    let mut rng = Rng(0x5eed_0002);
+    let mut rng = tally.rng(0x5eed_0002);
     let started = Instant::now();
     let mut sent_here = 0u64;
     let mut k = 0u64;
@@ -635,6 +673,11 @@ struct Seen {
     frames: u64,
     /// The close that ended it at shutdown (1001 expected).
     final_close: Option<u16>,
+    /// The longest time from the publication of the first frame it lacked to its resuming
+    /// (the sidecar's promise holds for resumes within `RESUME_WINDOW_MS`), and how many
+    /// resumes were later than that.
+    longest_absence_ms: u64,
+    late_resumes: u64,
 }
 
 /// The lossless subscriber: reads `/ws`, resumes with `?since=SEQ&epoch=E` whenever it is
@@ -645,8 +688,14 @@ async fn lossless_subscriber(
     tally: Arc<Tally>,
     seen: Arc<Mutex<Seen>>,
     shutdown: Arc<AtomicBool>,
+    timeline: PathBuf,
 ) {
+    use std::io::Write as _;
+    // One line per connection, so that a failure can be placed in time.
+    let mut timeline = std::fs::File::create(&timeline).ok();
     let mut last_seq: Option<u64> = None;
+    // The `timestamp` of the last frame read: the first frame missed was published after it.
+    let mut last_ts: Option<i64> = None;
     let mut epoch: Option<String> = None;
     let started = Instant::now();
     let mut next_stall = started + Duration::from_secs(20);
@@ -678,6 +727,14 @@ async fn lossless_subscriber(
             }
         }
         epoch = this_epoch;
+        let connected = started.elapsed();
+        let absence_ms = last_ts.map(|ts| (now_ms() - ts).max(0) as u64);
+        if let Some(ms) = absence_ms {
+            let mut s = seen.lock().unwrap();
+            s.longest_absence_ms = s.longest_absence_ms.max(ms);
+            s.late_resumes += u64::from(ms >= RESUME_WINDOW_MS);
+        }
+        let (mut first, mut last, mut frames, mut gap) = (None, None, 0u64, None);
         let (_, mut stream) = ws.split();
         let ended = loop {
             if !tally.stopping() && Instant::now() >= next_stall {
@@ -700,6 +757,7 @@ async fn lossless_subscriber(
                     s.frames += 1;
                     match v["kind"].as_str() {
                         Some("gap") => {
+                            gap = Some((v["from"].as_u64(), v["to"].as_u64()));
                             s.gaps += 1;
                             s.gap_missed += v["missed"].as_u64().unwrap_or(0);
                             if let Some(to) = v["to"].as_u64() {
@@ -710,7 +768,11 @@ async fn lossless_subscriber(
                         Some(_) => continue,
                         None => {}
                     }
+                    last_ts = v["timestamp"].as_i64().or(last_ts);
                     if let Some(seq) = v["metadata"]["seq"].as_u64() {
+                        first.get_or_insert(seq);
+                        last = Some(seq);
+                        frames += 1;
                         if last_seq.map_or(seq != 1, |l| seq != l + 1) {
                             s.seq_jumps += 1;
                         }
@@ -728,6 +790,14 @@ async fn lossless_subscriber(
                 Some(Err(_)) | None => break Some(None),
             }
         };
+        if let Some(file) = &mut timeline {
+            let _ = writeln!(
+                file,
+                "{:9.3}s..{:9.3}s {query:<40} absent {absence_ms:?} ms, gap {gap:?} seqs {first:?}..={last:?} ({frames} frames) ended {ended:?}",
+                connected.as_secs_f64(),
+                started.elapsed().as_secs_f64(),
+            );
+        }
         let mut s = seen.lock().unwrap();
         match ended {
             None => {}
@@ -821,7 +891,7 @@ async fn slow_sse_client(port: u16, tally: Arc<Tally>) {
 /// Vanishing clients: every 300 ms one connects (WebSocket, live or replaying the ring from
 /// 0, or SSE), reads a little and drops the connection without a close.
 async fn vanishing_clients(port: u16, tally: Arc<Tally>) {
-    let mut rng = Rng(0x5eed_0003);
+    let mut rng = tally.rng(0x5eed_0003);
     let mut clients = JoinSet::new();
     while !tally.stopping() {
         let reads = rng.below(40);
@@ -1013,7 +1083,10 @@ async fn main() {
         std::process::exit(1);
     }
 
-    let tally = Arc::new(Tally::default());
+    let tally = Arc::new(Tally {
+        seed: o.seed,
+        ..Tally::default()
+    });
     let ws_next = Arc::new(AtomicU64::new(1));
     let sse_next = Arc::new(AtomicU64::new(1));
     let mut tasks = JoinSet::new();
@@ -1047,6 +1120,7 @@ async fn main() {
         tally.clone(),
         seen.clone(),
         shutdown.clone(),
+        dir.join("subscriber.log"),
     ));
     // The subscriber is connected before anything is ingested.
     while seen.lock().unwrap().epochs.is_empty() {
@@ -1062,7 +1136,7 @@ async fn main() {
     tasks.spawn(vanishing_clients(ui, tally.clone()));
 
     // The main loop: samples, reloads, and a watch on the daemon.
-    let reload_every = Duration::from_secs(60)
+    let reload_every = Duration::from_secs(o.reload_every)
         .min(run_for / 2)
         .max(Duration::from_secs(5));
     let mut next_reload = Instant::now() + reload_every;
@@ -1247,6 +1321,12 @@ async fn main() {
     );
     println!("| epochs seen | {} |", s.epochs.len());
     println!(
+        "| longest absence (first frame missed → resumed) | {:.1} s ({} resumes beyond the {} s window) |",
+        s.longest_absence_ms as f64 / 1000.0,
+        s.late_resumes,
+        RESUME_WINDOW_MS / 1000
+    );
+    println!(
         "| close at shutdown | {} |",
         s.final_close.map_or("none".into(), |c| c.to_string())
     );
@@ -1429,7 +1509,7 @@ async fn main() {
             get(&tally.bad_ingest)
         ));
     }
-    // The thirds are of the run after its first minute, while the ring fills.
+    // The thirds are of the run after the ring filled.
     let span = samples.last().map_or(0.0, |s| s.at);
     let from = RSS_WARM_UP.as_secs_f64();
     let third = (span - from) / 3.0;
