@@ -276,7 +276,7 @@ fn install(
     if let Some(gate) = gate {
         println!(
             "gate: PreToolUse and PermissionRequest hooks wait up to {} s (the gate answers within {} ms)",
-            gate.hook_timeout_s(),
+            patchbay_claude_code::gate::hook_timeout_s(&gate),
             gate.timeout_ms
         );
     }

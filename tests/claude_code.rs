@@ -232,7 +232,7 @@ async fn ui(port: u16, answer: Arc<Mutex<&'static str>>) -> Arc<Mutex<Vec<Value>
             let Ok(signal) = serde_json::from_str::<Value>(text.as_str()) else {
                 continue;
             };
-            if signal["type"] == "claude_code.approval_request" {
+            if signal["type"] == "approval.requested" {
                 let value = *answer.lock().unwrap();
                 let reply = json!({"type": "control.answer",
                     "payload": {"promptId": signal["payload"]["promptId"], "value": value}});
@@ -400,11 +400,7 @@ async fn a_gated_call_runs_only_when_a_ui_allows_it() {
     assert!(
         in_order(
             &kinds,
-            &[
-                "tool_call Bash",
-                "claude_code.approval_request",
-                "claude_code.approval_decided"
-            ]
+            &["tool_call Bash", "approval.requested", "approval.decided"]
         ),
         "{kinds:?}"
     );
@@ -425,20 +421,17 @@ async fn a_gated_call_runs_only_when_a_ui_allows_it() {
     assert!(
         in_order(
             &kinds,
-            &[
-                "claude_code.approval_request",
-                "claude_code.approval_decided",
-                "tool_result Bash"
-            ]
+            &["approval.requested", "approval.decided", "tool_result Bash"]
         ),
         "{kinds:?}"
     );
     let signals = seen.lock().unwrap().clone();
     let decided = signals
         .iter()
-        .find(|s| s["type"] == "claude_code.approval_decided")
+        .find(|s| s["type"] == "approval.decided")
         .unwrap();
-    assert_eq!(decided["payload"]["decision"], "allow");
+    assert_eq!(decided["payload"]["value"], "allow");
+    assert_eq!(decided["payload"]["by"], "sidecar:ui");
     let waiting = signals
         .iter()
         .find(|s| s["type"] == "agent_state_change" && s["payload"]["to"] == "waiting")

@@ -48,13 +48,16 @@
 //!
 //! With `gate = { tools = ["Bash"], timeout_ms = 30000, default = "ask" }` a
 //! `PreToolUse` (or `PermissionRequest`) of a held tool waits: `agent_state_change →
-//! waiting` and `claude_code.approval_request {promptId, toolName, input, timeoutMs,
-//! default}` go out; a `control.answer {promptId, value: "allow" | "deny" | "ask"}` at
-//! the component's inputs (without `promptId`: the oldest waiting call) decides it, else
-//! the `default` after `timeout_ms`. Then `claude_code.approval_decided {promptId,
-//! toolName, decision, reason}` and the state change, and Claude Code gets the decision
-//! with a reason naming who decided. A `PermissionRequest` for a call already decided
-//! at its `PreToolUse` gets the same decision without asking again.
+//! waiting` and `approval.requested {promptId, agentId, toolName, input, choices}` go out
+//! (`hookEvent`, `timeoutMs`, `default` in metadata), and the approval is on the graph's
+//! board (`patchbay_graph::approvals`); a `control.answer {promptId, value}` at the
+//! component's inputs (`allow`, `deny`, `ask`; `cancel` is a deny here; without
+//! `promptId`: the oldest approval any agent of the graph waits on, when it is this
+//! component's) decides it, else the `default` after `timeout_ms`. Then `approval.decided
+//! {promptId, value, by}` (`toolName`, `reason` in metadata) and the state change, and
+//! Claude Code gets the decision with a reason naming who decided. A `PermissionRequest`
+//! for a call already decided at its `PreToolUse` gets the same decision without asking
+//! again.
 
 #![warn(missing_docs)]
 

@@ -113,7 +113,7 @@ impl HookPlan {
         }
         let held = matches!(event, "PreToolUse" | "PermissionRequest");
         let timeout = match &self.gate {
-            Some(gate) if held => gate.hook_timeout_s(),
+            Some(gate) if held => crate::gate::hook_timeout_s(gate),
             _ => REPORT_TIMEOUT_S,
         };
         let mut headers = Map::new();
@@ -472,7 +472,7 @@ mod tests {
         plan.gate = Some(GateConfig {
             tools: vec!["Bash".into()],
             timeout_ms: 20_000,
-            default: crate::gate::Decision::Deny,
+            default: crate::gate::Verdict::Deny,
         });
         install(&mut settings, &plan);
         let pre = &settings["hooks"]["PreToolUse"][0]["hooks"][0];

@@ -13,6 +13,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use patchbay_graph::approvals::{self, Approvals, Pending};
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
     Source, SourceContext,
@@ -20,7 +21,7 @@ use patchbay_graph::{
 use patchbay_server::{Secret, parse_listen};
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::AgentState;
-use patchbay_signal::{Signal, control, object};
+use patchbay_signal::{Signal, control};
 use patchbay_transport::listen::{self, Access, Limits, Listener, Origins};
 use serde::Deserialize;
 use serde_json::Value;
@@ -28,7 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::{HEALTH_PATH, HOOK_PATH};
 use crate::decode::{HookDecoder, agent_of};
-use crate::gate::{self, CallKey, Decided, Decision, GateConfig};
+use crate::gate::{self, CallKey, Decided, GateConfig, Verdict};
 use crate::transcript::TranscriptReader;
 
 /// The address the component listens on when the config names none.
@@ -137,15 +138,7 @@ impl Settings {
             ));
         }
         if let Some(gate) = &config.gate {
-            if gate.tools.is_empty() {
-                return Err((
-                    "gate",
-                    "`gate.tools` is empty: name the tools to hold".into(),
-                ));
-            }
-            if gate.timeout_ms == 0 {
-                return Err(("gate", "`gate.timeout_ms` must be at least 1".into()));
-            }
+            gate.check().map_err(|message| ("gate", message))?;
         }
         if config.max_body == 0 {
             return Err(("max_body", "must be at least 1 byte".into()));
@@ -230,7 +223,8 @@ impl Output for ClaudeCode {
 /// A held call.
 struct Waiting {
     prompt_id: String,
-    reply: oneshot::Sender<(Decision, String)>,
+    /// The decision, its reason, and who gave it.
+    reply: oneshot::Sender<(Verdict, String, String)>,
 }
 
 /// What the request handlers share with the component's loop.
@@ -244,6 +238,10 @@ struct Shared {
     waiting: Mutex<VecDeque<Waiting>>,
     decided: Mutex<Decided>,
     stats: Arc<patchbay_graph::ComponentStats>,
+    /// Every agent's pending approvals (the graph's), with this component's name on its
+    /// own: a promptless answer decides the oldest of them all.
+    board: Arc<Approvals>,
+    component: String,
 }
 
 /// How many signals may wait between the handlers and the graph; beyond, hook signals
@@ -280,11 +278,16 @@ async fn serve(
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     let local = listener.local_addr()?;
-    let stats = match (ends.controls, ends.signals_in) {
-        (Some(cx), _) => Arc::clone(cx.stats()),
-        (None, Some(cx)) => Arc::clone(cx.stats()),
+    let (stats, board) = match (ends.controls, ends.signals_in) {
+        (Some(cx), _) => (
+            Arc::clone(cx.stats()),
+            Arc::clone(cx.telemetry().approvals()),
+        ),
+        // A source holds no call: it needs no board of its own.
+        (None, Some(cx)) => (Arc::clone(cx.stats()), Arc::default()),
         (None, None) => return Err("claude_code: no graph ends".into()),
     };
+    let component = stats.name().to_owned();
     stats.set_gauge("port", f64::from(local.port()));
     let (tx, mut rx) = mpsc::channel(SIGNALS_QUEUED);
     let shared = Arc::new(Shared {
@@ -296,6 +299,8 @@ async fn serve(
         waiting: Mutex::new(VecDeque::new()),
         decided: Mutex::new(Decided::default()),
         stats,
+        board,
+        component,
     });
     let app = Router::new()
         .route(HOOK_PATH, post(hook_handler))
@@ -348,10 +353,12 @@ async fn serve(
     // Held calls get the default now rather than waiting for a graph that is gone.
     let held: Vec<Waiting> = lock(&shared.waiting).drain(..).collect();
     for waiting in held {
-        let decision = shared.gate.as_ref().map_or(Decision::Ask, |g| g.default);
-        let _ = waiting
-            .reply
-            .send((decision, "patchbay: stopping, the gate's default".into()));
+        let decision = shared.gate.as_ref().map_or(Verdict::Ask, |g| g.default);
+        let _ = waiting.reply.send((
+            decision,
+            "patchbay: stopping, the gate's default".into(),
+            "patchbay".into(),
+        ));
     }
     let _ = stop_tx.send(true);
     if !server.is_finished()
@@ -364,13 +371,14 @@ async fn serve(
     result
 }
 
-/// A `control.answer` decides the call it names (else the oldest waiting); other
-/// signals are not for this component and are let through silently.
+/// A `control.answer` decides the call it names, or, naming none, the oldest approval any
+/// agent of the graph waits on when that is one of this component's; other signals are
+/// not for this component and are let through silently.
 fn answer(shared: &Shared, signal: &Signal) {
     if signal.kind != control::ANSWER {
         return;
     }
-    let answer = match gate::parse_answer(signal) {
+    let answer = match approvals::parse_answer(signal) {
         Ok(a) => a,
         Err(e) => {
             shared
@@ -379,23 +387,25 @@ fn answer(shared: &Shared, signal: &Signal) {
             return;
         }
     };
-    let mut waiting = lock(&shared.waiting);
-    let index = match &answer.prompt_id {
-        Some(id) => waiting.iter().position(|w| &w.prompt_id == id),
-        None => (!waiting.is_empty()).then_some(0),
+    let Some(prompt_id) = answer.prompt_id.or_else(|| shared.board.target(&signal.id)) else {
+        tracing::debug!("claude_code: a control.answer came while nothing waits");
+        return;
     };
-    let Some(index) = index else {
-        // An answer to another runtime's prompt, or to a call already decided.
-        tracing::debug!(prompt = ?answer.prompt_id, "claude_code: no call waits for this answer");
+    let mut waiting = lock(&shared.waiting);
+    let Some(index) = waiting.iter().position(|w| w.prompt_id == prompt_id) else {
+        // Another agent's approval, or a call already decided.
+        tracing::debug!(prompt = %prompt_id, "claude_code: no call of this component waits for this answer");
         return;
     };
     let Some(w) = waiting.remove(index) else {
         return;
     };
-    let decision = answer
-        .decision
-        .unwrap_or_else(|| shared.gate.as_ref().map_or(Decision::Ask, |g| g.default));
-    let _ = w.reply.send((decision, gate::reason(decision, &answer.by)));
+    let verdict = answer
+        .verdict
+        .unwrap_or_else(|| shared.gate.as_ref().map_or(Verdict::Ask, |g| g.default));
+    let _ = w
+        .reply
+        .send((verdict, approvals::reason(verdict, &answer.by), answer.by));
 }
 
 fn refuse(status: StatusCode, message: &'static str) -> Response {
@@ -498,45 +508,64 @@ async fn held(shared: &Shared, hook: &Value, event: &str) -> Value {
         .get("tool_input")
         .cloned()
         .unwrap_or_else(|| Value::Object(Default::default()));
+    let pending = Pending {
+        prompt_id: prompt_id.clone(),
+        component: shared.component.clone(),
+        agent_id: agent_of(hook),
+        program: "claude_code".into(),
+        tool_name: tool.to_owned(),
+        input,
+        choices: vec!["allow".into(), "deny".into(), "ask".into()],
+        requested_at_ms: patchbay_signal::now_ms(),
+    };
     {
         let mut decoder = lock(&shared.decoder);
         let waiting =
             decoder.state_change(hook, AgentState::Waiting, format!("approval for {tool}"));
-        let request = decoder.signal_for(
+        let mut request = decoder.signal_for(
             hook,
-            "claude_code.approval_request",
-            object! {"promptId" => prompt_id.clone(), "toolName" => tool, "input" => input,
-            "timeoutMs" => gate.timeout_ms, "default" => gate.default.as_str()},
+            approvals::REQUESTED,
+            approvals::requested_payload(&pending),
         );
+        let meta = request.metadata_mut();
+        meta.insert("hookEvent".into(), event.into());
+        meta.insert("timeoutMs".into(), gate.timeout_ms.into());
+        meta.insert("default".into(), gate.default.as_str().into());
         shared.send_signal(waiting);
         shared.send_signal(request);
     }
-    let (decision, reason) =
+    let opened = shared.board.open(pending);
+    let (decision, reason, by) =
         match tokio::time::timeout(Duration::from_millis(gate.timeout_ms), reply_rx).await {
             Ok(Ok(decided)) => decided,
             _ => {
                 lock(&shared.waiting).retain(|w| w.prompt_id != prompt_id);
                 (
                     gate.default,
-                    gate::timeout_reason(gate.default, gate.timeout_ms),
+                    approvals::timeout_reason(gate.default, gate.timeout_ms),
+                    "timeout".to_owned(),
                 )
             }
         };
+    drop(opened);
+    let decision = gate::decision(decision);
     if event == "PreToolUse" {
         lock(&shared.decided).record(key, decision, reason.clone());
     }
     {
         let mut decoder = lock(&shared.decoder);
-        let decided = decoder.signal_for(
+        let mut decided = decoder.signal_for(
             hook,
-            "claude_code.approval_decided",
-            object! {"promptId" => prompt_id, "toolName" => tool,
-            "decision" => decision.as_str(), "reason" => reason.clone()},
+            approvals::DECIDED,
+            approvals::decided_payload(&prompt_id, decision, &by),
         );
+        let meta = decided.metadata_mut();
+        meta.insert("toolName".into(), tool.into());
+        meta.insert("reason".into(), reason.clone().into());
         let next = match decision {
-            Decision::Allow => AgentState::Acting,
-            Decision::Deny => AgentState::Thinking,
-            Decision::Ask => AgentState::Waiting,
+            Verdict::Allow | Verdict::Always => AgentState::Acting,
+            Verdict::Deny | Verdict::Cancel => AgentState::Thinking,
+            Verdict::Ask => AgentState::Waiting,
         };
         let change = decoder.state_change(hook, next, reason.clone());
         shared.send_signal(decided);

@@ -9,6 +9,7 @@
 //! that embeds a graph feeds it and reads it through channels, and runs it on a task
 //! ([`embed`]).
 
+pub mod approvals;
 pub mod compile;
 pub mod component;
 pub mod config;

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
 
+use crate::approvals::Approvals;
+
 /// A component's health state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -270,6 +272,8 @@ pub struct Telemetry {
     /// the same `Arc`, so its counters go on).
     components: RwLock<Vec<Arc<ComponentStats>>>,
     config: Mutex<ConfigState>,
+    /// The approvals the graph's agents wait on.
+    approvals: Arc<Approvals>,
 }
 
 /// Which config the graph runs, and how the last reload went (shown in `/health`).
@@ -302,6 +306,11 @@ impl Telemetry {
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::clone(&stats));
         stats
+    }
+
+    /// The approvals the graph's agents wait on (one board for every agent component).
+    pub fn approvals(&self) -> &Arc<Approvals> {
+        &self.approvals
     }
 
     /// Replaces the component list (after a reload).
