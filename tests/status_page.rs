@@ -126,40 +126,12 @@ fn base64_decode(text: &str) -> Vec<u8> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_status_page_is_live_in_a_browser() {
-    assert!(
-        std::path::Path::new(CHROMIUM).exists(),
-        "chromium is not installed (`bash scripts/test` installs Debian's package)"
-    );
-    let dir = ScratchDir::new("status-page");
-
-    // An upstream WebSocket feed that stays quiet until it is taken away.
-    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream_port = upstream.local_addr().unwrap().port();
-    let feed = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((tcp, _)) = upstream.accept().await {
-            if let Ok(ws) = tokio_tungstenite::accept_async(tcp).await {
-                held.push(ws);
-            }
-        }
-    });
-
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let config = dir.join("status.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[sources.feed]\ntype = \"websocket\"\nurl = \"ws://127.0.0.1:{upstream_port}/\"\nmax_attempts = 1\nbackoff_initial_ms = 100\n\n[filters.keep]\ntype = \"when\"\ninputs = [\"ui.inbound\", \"feed\"]\nwhen = {{ type = {{ not = {{ equals = \"skip\" }} }} }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"keep\"]\nlisten = \"{addr}\"\n"
-        ),
-    )
-    .unwrap();
-    let _daemon = Killed(
+/// The daemon on `config`, once its sidecar at `addr` listens.
+fn daemon(config: &std::path::Path, addr: SocketAddr) -> Killed {
+    let daemon = Killed(
         Command::new(env!("CARGO_BIN_EXE_patchbay"))
             .args(["run", "-c"])
-            .arg(&config)
+            .arg(config)
             .env("PATCHBAY_LOG", "warn")
             .stdin(Stdio::null())
             .spawn()
@@ -173,7 +145,15 @@ async fn the_status_page_is_live_in_a_browser() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    daemon
+}
 
+/// Headless Chromium with the status page at `addr` open.
+async fn open(dir: &ScratchDir, addr: SocketAddr) -> (Killed, Page) {
+    assert!(
+        std::path::Path::new(CHROMIUM).exists(),
+        "chromium is not installed (`bash scripts/test` installs Debian's package)"
+    );
     let profile = dir.join("chromium");
     let mut chromium = Killed(
         Command::new(CHROMIUM)
@@ -233,6 +213,37 @@ async fn the_status_page_is_live_in_a_browser() {
         )
         .await;
     page.session = attached["sessionId"].as_str().unwrap().to_owned();
+    (chromium, page)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_is_live_in_a_browser() {
+    let dir = ScratchDir::new("status-page");
+
+    // An upstream WebSocket feed that stays quiet until it is taken away.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_port = upstream.local_addr().unwrap().port();
+    let feed = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = upstream.accept().await {
+            if let Ok(ws) = tokio_tungstenite::accept_async(tcp).await {
+                held.push(ws);
+            }
+        }
+    });
+
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let config = dir.join("status.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[sources.feed]\ntype = \"websocket\"\nurl = \"ws://127.0.0.1:{upstream_port}/\"\nmax_attempts = 1\nbackoff_initial_ms = 100\n\n[filters.keep]\ntype = \"when\"\ninputs = [\"ui.inbound\", \"feed\"]\nwhen = {{ type = {{ not = {{ equals = \"skip\" }} }} }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"keep\"]\nlisten = \"{addr}\"\n"
+        ),
+    )
+    .unwrap();
+    let _daemon = daemon(&config, addr);
+    let (_chromium, mut page) = open(&dir, addr).await;
 
     // The wiring is drawn, and the feed is connected.
     page.wait_for(
@@ -278,4 +289,100 @@ async fn the_status_page_is_live_in_a_browser() {
     )
     .await;
     page.screenshot("status-page-failed.png").await;
+}
+
+/// Posts a Claude Code hook (as its http hooks do) and returns the answer's body; blocks
+/// while the gate holds the call.
+fn hook(port: u16, body: &Value) -> String {
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(
+        stream,
+        "POST /hook HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    response
+}
+
+/// An agent's call held by the gate shows on the page with its buttons; a click on Deny
+/// answers it (the agent gets the denial and goes on), and the page shows the agent and
+/// that nothing waits any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_agents_and_answers_a_waiting_approval() {
+    let dir = ScratchDir::new("status-page-approvals");
+    let (port, hooks) = (free_port(), free_port());
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let config = dir.join("approvals.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[outputs.claude]\ntype = \"claude_code\"\ninputs = [\"ui.inbound\"]\nlisten = \"127.0.0.1:{hooks}\"\ngate = {{ tools = [\"Bash\"], timeout_ms = 120000, default = \"allow\" }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"claude.inbound\"]\nlisten = \"{addr}\"\n"
+        ),
+    )
+    .unwrap();
+    let _daemon = daemon(&config, addr);
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", hooks)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no hook endpoint"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (_chromium, mut page) = open(&dir, addr).await;
+    page.wait_for(
+        "the wiring",
+        "!!document.querySelector('[data-node=\"claude\"]')",
+    )
+    .await;
+    // The page's tail is connected (it is the sidecar's one client), so it sees the
+    // agent's signals from the first.
+    page.wait_for(
+        "the tail connected",
+        "document.getElementById('where').textContent.includes('1 client')",
+    )
+    .await;
+
+    let call = json!({"hook_event_name": "PreToolUse", "session_id": "session-page",
+        "cwd": "/tmp", "transcript_path": "/tmp/none.jsonl", "tool_name": "Bash",
+        "tool_input": {"command": "rm -rf build"}, "tool_use_id": "toolu_page"});
+    let held = std::thread::spawn(move || hook(hooks, &call));
+    page.wait_for(
+        "the approval waiting, with its buttons",
+        "!!document.querySelector('#pending li[data-prompt=\"toolu_page\"] button.deny')",
+    )
+    .await;
+    page.wait_for(
+        "the agent waiting",
+        "document.querySelector('tr[data-agent=\"session-page\"] td.state')?.textContent === 'waiting'",
+    )
+    .await;
+    page.screenshot("status-page-approval.png").await;
+
+    page.eval(
+        "document.querySelector('#pending li[data-prompt=\"toolu_page\"] button.deny').click()",
+    )
+    .await;
+    let answer = tokio::task::spawn_blocking(move || held.join().expect("the hook"))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let body: Value = serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1).unwrap();
+    assert_eq!(
+        body["hookSpecificOutput"]["permissionDecision"], "deny",
+        "{body}"
+    );
+    page.wait_for(
+        "nothing waiting any more",
+        "!!document.querySelector('#pending li.none')",
+    )
+    .await;
+    page.wait_for(
+        "the agent going on",
+        "document.querySelector('tr[data-agent=\"session-page\"] td.state')?.textContent === 'thinking'",
+    )
+    .await;
 }

@@ -3,9 +3,12 @@
 //! The page is one self-contained HTML document (no external assets, so it works offline
 //! and behind a firewall). It opens `/status/stream`, a Server-Sent Events stream of the
 //! graph's state (every component with its wiring, state, counters, gauges and last error,
-//! once a second), and draws the wiring graph with each component coloured by its state,
-//! a table of rates and counters, and a live tail of signals from `/ws` with a type
-//! filter and a pause. A token given to the page (`/?token=…`) is passed on to both.
+//! and the approvals its agents wait on, once a second), and draws the wiring graph with
+//! each component coloured by its state, a table of rates and counters, the approvals
+//! waiting (oldest first, with Allow and Deny buttons that post a `control.answer`), the
+//! agents seen in the signals (program, state, current tool, tokens), and a live tail of
+//! signals from `/ws` with a type filter and a pause. A token given to the page
+//! (`/?token=…`) is passed on to every request it makes.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -34,6 +37,7 @@ fn status_json(state: &AppState) -> String {
         "seq": state.hub.last_seq(),
         "clients": state.hub.client_count(),
         "components": state.telemetry.snapshot(),
+        "approvals": state.telemetry.approvals().pending(),
     })
     .to_string()
 }
@@ -100,10 +104,15 @@ th{font-weight:600;color:#57606a;font-size:.9em}td.n{text-align:right;font-varia
 #tail{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;overflow:auto;flex:1;margin:0;list-style:none;padding:0}
 #tail li{padding:.15em 0;border-bottom:1px solid #f0f2f4;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 #tail .k{color:#0550ae;font-weight:600}#tail .s{color:#57606a}
+#approvals,#agents{grid-column:1/2}#approvals.waiting{border-color:var(--recovering);background:#fff8c5}
+#approvals li{display:flex;gap:.6em;align-items:baseline;padding:.3em 0;border-bottom:1px solid #eaeef2}
+#approvals code{font-size:12px;word-break:break-all}#approvals .none{color:#57606a}
+#approvals button{font:inherit;padding:.1em .8em}button.allow{color:var(--ok)}button.deny{color:var(--failed)}
 </style></head><body>
 <header><h1>patchbay <code>{{NAME}}</code></h1><span id="where"></span><span id="seq"></span>
 <span id="conn" class="down">connecting…</span></header>
 <main>
+<section id="approvals"><h2>Approvals waiting</h2><ol id="pending"><li class="none">nothing waits</li></ol></section>
 <section id="graph"><h2>Wiring</h2><svg id="svg" role="img" aria-label="wiring graph"></svg></section>
 <section id="tailbox"><h2>Signals</h2>
 <div id="tailbar"><input id="filter" placeholder="type filter: text_delta, tool_*, …" aria-label="type filter">
@@ -111,6 +120,8 @@ th{font-weight:600;color:#57606a;font-size:.9em}td.n{text-align:right;font-varia
 <section id="components"><h2>Components</h2><table><thead><tr><th>component</th><th>type</th><th>state</th>
 <th>in/s</th><th>out/s</th><th>received</th><th>sent</th><th>dropped</th><th>bad</th><th>detail</th></tr></thead>
 <tbody id="rows"></tbody></table></section>
+<section id="agents"><h2>Agents</h2><table><thead><tr><th>agent</th><th>program</th><th>state</th>
+<th>tool</th><th>tokens</th></tr></thead><tbody id="agentrows"></tbody></table></section>
 </main>
 <script>
 "use strict";
@@ -197,6 +208,46 @@ function drawGraph(components) {
   }
 }
 
+// What waits, oldest first, each with buttons that answer it through the sidecar's ingest
+// (the sidecar's `NAME.inbound` must reach the agent component, as it does for any UI).
+function drawApprovals(approvals) {
+  $("approvals").className = approvals.length ? "waiting" : "";
+  $("pending").innerHTML = approvals.length ? approvals.map((a) =>
+    `<li data-prompt="${esc(a.promptId)}"><strong>${esc(a.toolName)}</strong>` +
+    `<span class="s">${esc(a.program)} · ${esc(a.agentId)} · ${new Date(a.requestedAtMs).toISOString().slice(11, 19)}</span>` +
+    `<code>${esc(JSON.stringify(a.input))}</code>` +
+    `<button type="button" class="allow" data-value="allow">Allow</button>` +
+    `<button type="button" class="deny" data-value="deny">Deny</button></li>`).join("")
+    : '<li class="none">nothing waits</li>';
+}
+$("pending").addEventListener("click", async (event) => {
+  const button = event.target.closest("button");
+  const item = button && button.closest("li[data-prompt]");
+  if (!item) return;
+  item.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+  const answer = {type: "control.answer", payload: {promptId: item.dataset.prompt, value: button.dataset.value}};
+  const headers = {"Content-Type": "application/json"};
+  if (token) headers.Authorization = "Bearer " + token;
+  const reply = await fetch("/signal", {method: "POST", headers, body: JSON.stringify(answer)}).catch(() => null);
+  if (!reply || !reply.ok) item.querySelectorAll("button").forEach((b) => { b.disabled = false; });
+});
+
+// The agents seen in the signals, by `agentId`.
+const agents = new Map();
+function track(signal) {
+  const p = signal.payload || {};
+  if (typeof p.agentId !== "string" || !p.agentId) return;
+  const a = agents.get(p.agentId) || {program: String(signal.source || "").split(":")[0], state: "", tool: "", tokens: 0};
+  if (signal.type === "agent_state_change") a.state = p.to;
+  else if (signal.type === "tool_call") a.tool = p.toolName;
+  else if (signal.type === "tool_result") a.tool = "";
+  else if (signal.type === "token_usage") a.tokens += (p.promptTokens || 0) + (p.completionTokens || 0);
+  agents.set(p.agentId, a);
+  $("agentrows").innerHTML = [...agents].map(([id, a]) =>
+    `<tr data-agent="${esc(id)}"><td>${esc(id)}</td><td>${esc(a.program)}</td><td class="state">${esc(a.state)}</td>` +
+    `<td>${esc(a.tool)}</td><td class="n">${a.tokens}</td></tr>`).join("");
+}
+
 function connectStatus() {
   const source = new EventSource(withToken("/status/stream"));
   source.addEventListener("status", (event) => {
@@ -206,6 +257,7 @@ function connectStatus() {
     $("seq").textContent = "seq " + status.seq;
     drawGraph(status.components);
     drawTable(status.components, now);
+    drawApprovals(status.approvals || []);
     previous = new Map(status.components.map((c) => [c.name, c])); previousAt = now;
   });
   source.onerror = () => { $("conn").textContent = "reconnecting…"; $("conn").className = "down"; };
@@ -236,6 +288,7 @@ function connectTail() {
     const frame = JSON.parse(event.data);
     if (!frame.type) return;
     lastSeq = frame.metadata && frame.metadata.seq !== undefined ? frame.metadata.seq : lastSeq;
+    track(frame);
     if (paused) { held.push(frame); if (held.length > MAX_TAIL) held.shift(); } else show(frame);
   };
   ws.onclose = () => setTimeout(connectTail, 1000);
