@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use patchbay_graph::approvals::{self, Verdict};
 use patchbay_signal::decode::{FrameDecoder, FrameLines};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
@@ -319,14 +320,42 @@ impl OpenClawDecoder {
                     reason: Some(name.clone()),
                 }
                 .into_signal(&self.source);
+                let id = payload.get("id").and_then(Value::as_str).map(str::to_owned);
+                // The common approval signal every UI reads, besides OpenClaw's own.
+                let common = id.as_ref().map(|id| {
+                    if name == "exec.approval.requested" {
+                        let input = request.cloned().map_or(Value::Null, Value::Object);
+                        let choices = ["allow-once", "allow-always", "deny"].map(String::from);
+                        let agent = change.payload.get("agentId").and_then(Value::as_str);
+                        Signal::new(
+                            approvals::REQUESTED,
+                            &self.source,
+                            approvals::request_payload(
+                                id,
+                                agent.unwrap_or_default(),
+                                "exec",
+                                input,
+                                &choices,
+                            ),
+                        )
+                    } else {
+                        let value = match payload.get("decision").and_then(Value::as_str) {
+                            Some("allow-once") => Verdict::Allow,
+                            Some("allow-always") => Verdict::Always,
+                            _ => Verdict::Deny,
+                        };
+                        approvals::decided(&self.source, id, value, "openclaw")
+                    }
+                });
                 let mut approval =
                     Signal::new(format!("openclaw.{name}"), &self.source, payload.clone());
-                if let Some(id) = payload.get("id") {
+                if let Some(id) = &id {
                     approval = approval.with_meta("promptId", id.clone());
                 }
                 let run = lookup("runId").map(str::to_owned);
-                vec![change, approval]
+                [Some(change), Some(approval), common]
                     .into_iter()
+                    .flatten()
                     .map(|s| match &run {
                         Some(r) if envelope.correlation.is_none() => s.correlated(r.clone()),
                         _ => s,

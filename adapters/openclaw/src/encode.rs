@@ -1,5 +1,6 @@
 //! `control.*` signals to gateway requests.
 
+use patchbay_graph::approvals::Verdict;
 use patchbay_signal::{Signal, control, next_id};
 use serde_json::{Value, json};
 
@@ -57,8 +58,9 @@ pub struct OutgoingRequest {
 ///   needs the `operator.write` scope;
 /// - `control.answer {promptId, value | cancelled}` → `exec.approval.resolve {id,
 ///   decision}` (`plugin.approval.resolve` for a `plugin:` id); `value` is a decision
-///   (`allow-once`, `allow-always`, `deny`) or a boolean (`true` = `allow-once`,
-///   `false` = `deny`); cancelled is `deny`; needs `operator.approvals`.
+///   (`allow-once`, `allow-always`, `deny`), a boolean (`true` = `allow-once`,
+///   `false` = `deny`) or a common word (`allow`, `always`, `deny`, `cancel`, …: `ask` and
+///   `cancel` are `deny`); cancelled is `deny`; needs `operator.approvals`.
 ///
 /// The protocol has no verb for `control.pause`, `control.step`, `control.continue`,
 /// `control.arm` or `control.quit`: those, and any other type, are refused.
@@ -159,7 +161,14 @@ fn resolve_params(signal: &Signal) -> Result<(&'static str, Value), EncodeError>
             Some(Value::Bool(false)) => "deny",
             Some(Value::String(d)) if d == "allow-once" => "allow-once",
             Some(Value::String(d)) if d == "allow-always" => "allow-always",
-            Some(Value::String(d)) if d == "deny" => "deny",
+            // The common words every agent understands.
+            Some(word @ Value::String(_)) if Verdict::parse(word).is_some() => {
+                match Verdict::parse(word) {
+                    Some(Verdict::Allow) => "allow-once",
+                    Some(Verdict::Always) => "allow-always",
+                    _ => "deny",
+                }
+            }
             None => {
                 return Err(EncodeError::MissingField {
                     kind: signal.kind.to_string(),
@@ -169,7 +178,7 @@ fn resolve_params(signal: &Signal) -> Result<(&'static str, Value), EncodeError>
             Some(_) => {
                 return Err(invalid(
                     "value",
-                    "a boolean or one of allow-once, allow-always, deny",
+                    "a boolean, one of allow-once, allow-always, deny, or allow, always, cancel",
                 ));
             }
         }

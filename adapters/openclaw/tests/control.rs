@@ -150,6 +150,20 @@ fn answers_resolve_approvals() {
         params(json!({"promptId": "ap1", "cancelled": true})),
         exec("deny")
     );
+    // The common words every agent understands.
+    for (word, decision) in [
+        ("allow", "allow-once"),
+        ("accept", "allow-once"),
+        ("always", "allow-always"),
+        ("reject", "deny"),
+        ("cancel", "deny"),
+    ] {
+        assert_eq!(
+            params(json!({"promptId": "ap1", "value": word})),
+            exec(decision),
+            "{word}"
+        );
+    }
     assert_eq!(
         params(json!({"promptId": "plugin:7", "value": true})),
         Ok((

@@ -290,7 +290,18 @@ fn approvals_put_the_agent_in_waiting() {
     let out = decode(&mut d, requested);
     assert_eq!(
         kinds(&out),
-        ["agent_state_change", "openclaw.exec.approval.requested"]
+        [
+            "agent_state_change",
+            "openclaw.exec.approval.requested",
+            "approval.requested"
+        ]
+    );
+    assert_eq!(
+        payload(&out[2]),
+        json!({"promptId": "ap-1", "agentId": "ops", "toolName": "exec",
+               "input": {"command": "rm -rf build", "agentId": "ops", "sessionKey": "agent:ops:main"},
+               "choices": ["allow-once", "allow-always", "deny"]}),
+        "the common approval, what every UI reads"
     );
     assert_eq!(
         payload(&out[0]),
@@ -318,7 +329,15 @@ fn approvals_put_the_agent_in_waiting() {
     );
     assert_eq!(
         kinds(&out),
-        ["agent_state_change", "openclaw.exec.approval.resolved"]
+        [
+            "agent_state_change",
+            "openclaw.exec.approval.resolved",
+            "approval.decided"
+        ]
+    );
+    assert_eq!(
+        payload(&out[2]),
+        json!({"promptId": "ap-1", "value": "deny", "by": "openclaw"})
     );
     assert_eq!(out[0].payload["from"], "waiting");
     assert_eq!(out[0].payload["to"], "acting");

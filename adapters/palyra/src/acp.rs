@@ -314,7 +314,7 @@ fn read_decision(value: &Value) -> Option<Decision> {
             | "ok" | "accept" | "accepted" | "true" => Some(simple(true, Some("once"))),
             "session" | "allow_session" | "always" => Some(simple(true, Some("session"))),
             "deny" | "denied" | "reject" | "rejected" | "decline" | "declined" | "no" | "n"
-            | "false" => Some(simple(false, None)),
+            | "false" | "cancel" => Some(simple(false, None)),
             _ => None,
         },
         Value::Object(obj) => {

@@ -30,8 +30,8 @@
 //! | `status failed` | `error {code: "run_failed"}` then `completion {success: false, result: "failed"}` |
 //! | `tool_proposal` | `tool_call {toolName, callId: proposal_id, input}` |
 //! | `tool_result` | `tool_result {toolName (from the proposal), callId, success, output}` |
-//! | `tool_approval_request` | `agent_state_change <current>→waiting` + `palyra.approval_request` (payload plus `promptId` = `approval_id`, what `control.answer` names) |
-//! | `tool_approval_response` | `palyra.tool_approval_response`, then `waiting→acting` if the run was waiting |
+//! | `tool_approval_request` | `agent_state_change <current>→waiting` + `palyra.approval_request` (payload plus `promptId` = `approval_id`, what `control.answer` names) + `approval.requested {promptId, agentId, toolName, input: input_json, choices: the prompt's option ids}` |
+//! | `tool_approval_response` | `palyra.tool_approval_response` + `approval.decided {promptId, value: allow \| deny, by: "palyra"}`, then `waiting→acting` if the run was waiting |
 //! | `a2ui_update {surface, patch_json}` | `a2ui.update` with the patch as payload (`surface` in metadata; an array patch is `{ops: […]}`) |
 //! | `provider_turn_output` | `palyra.provider_turn_output`, plus `token_usage` when its usage has integer counts |
 //! | `journal_event`, anything else | `palyra.<event_type>` with its data as payload |
@@ -49,6 +49,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use patchbay_graph::approvals::{self, Verdict};
 use patchbay_signal::decode::{
     JsonTexts, RecordedLine, StreamDecoder, line_too_long, recorded_line,
 };
@@ -576,9 +577,27 @@ impl PalyraDecoder {
                     .unwrap_or_else(|| "approval requested".to_owned());
                 self.transition(&key, run, AgentState::Waiting, Some(reason), &frame, out);
                 let mut payload = body;
-                if let Some(approval_id) = str_field(&payload, "approval_id") {
-                    payload.insert("promptId".into(), Value::String(approval_id));
+                let approval_id = str_field(&payload, "approval_id");
+                if let Some(id) = &approval_id {
+                    payload.insert("promptId".into(), Value::String(id.clone()));
                 }
+                let common = approval_id.map(|id| {
+                    let choices: Vec<String> = payload
+                        .get("prompt")
+                        .and_then(|p| p.get("options"))
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|o| o.get("option_id").and_then(Value::as_str))
+                        .map(str::to_owned)
+                        .collect();
+                    let input = match payload.get("input_json") {
+                        Some(input @ Value::Object(_)) => input.clone(),
+                        _ => Value::Object(Object::new()),
+                    };
+                    let tool = str_field(&payload, "tool_name").unwrap_or_default();
+                    approvals::request_payload(&id, &self.source, &tool, input, &choices)
+                });
                 self.emit(
                     out,
                     "palyra.approval_request",
@@ -587,9 +606,27 @@ impl PalyraDecoder {
                     &frame,
                     Object::new(),
                 );
+                if let Some(common) = common {
+                    self.emit(
+                        out,
+                        approvals::REQUESTED,
+                        common,
+                        run,
+                        &frame,
+                        Object::new(),
+                    );
+                }
             }
             "tool_approval_response" => {
                 let approved = body.get("approved").and_then(Value::as_bool);
+                let decided = str_field(&body, "approval_id").map(|id| {
+                    let value = if approved == Some(true) {
+                        Verdict::Allow
+                    } else {
+                        Verdict::Deny
+                    };
+                    approvals::decided_payload(&id, value, "palyra")
+                });
                 self.emit(
                     out,
                     "palyra.tool_approval_response",
@@ -598,6 +635,9 @@ impl PalyraDecoder {
                     &frame,
                     Object::new(),
                 );
+                if let Some(decided) = decided {
+                    self.emit(out, approvals::DECIDED, decided, run, &frame, Object::new());
+                }
                 if self.runs.get(&key).state == AgentState::Waiting {
                     let reason = if approved == Some(true) {
                         "approved"

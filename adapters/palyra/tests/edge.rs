@@ -128,9 +128,26 @@ fn approval_request_waits_and_response_resumes() {
             "agent_state_change",
             "agent_state_change",
             "palyra.approval_request",
+            "approval.requested",
             "palyra.tool_approval_response",
+            "approval.decided",
             "agent_state_change",
         ]
+    );
+    assert_eq!(
+        s[4].payload,
+        *json!({"promptId": "01ARZ3NDEKTSV4RRFFQ69G5FB0", "agentId": s[4].source.as_str(),
+               "toolName": "shell.exec", "input": {"cmd": "rm -rf /tmp/x"},
+               "choices": ["allow_once"]})
+        .as_object()
+        .unwrap(),
+        "the common approval, what every UI reads"
+    );
+    assert_eq!(
+        s[6].payload,
+        *json!({"promptId": "01ARZ3NDEKTSV4RRFFQ69G5FB0", "value": "allow", "by": "palyra"})
+            .as_object()
+            .unwrap()
     );
     assert_eq!(
         (s[2].payload["from"].as_str(), s[2].payload["to"].as_str()),
@@ -144,10 +161,10 @@ fn approval_request_waits_and_response_resumes() {
         "the request is kept whole, plus promptId"
     );
     assert_eq!(
-        (s[5].payload["from"].as_str(), s[5].payload["to"].as_str()),
+        (s[7].payload["from"].as_str(), s[7].payload["to"].as_str()),
         (Some("waiting"), Some("acting"))
     );
-    assert_eq!(s[5].payload["reason"], "approved");
+    assert_eq!(s[7].payload["reason"], "approved");
 }
 
 #[test]

@@ -200,12 +200,30 @@ pub fn timeout_reason(verdict: Verdict, timeout_ms: u64) -> String {
 
 /// The `approval.requested` payload of `pending`.
 pub fn requested_payload(pending: &Pending) -> Object {
+    request_payload(
+        &pending.prompt_id,
+        &pending.agent_id,
+        &pending.tool_name,
+        pending.input.clone(),
+        &pending.choices,
+    )
+}
+
+/// The `approval.requested` payload: `prompt_id` (what a `control.answer` names), the
+/// agent, the tool, what it would run, and the agent's own words for an answer.
+pub fn request_payload(
+    prompt_id: &str,
+    agent_id: &str,
+    tool_name: &str,
+    input: Value,
+    choices: &[String],
+) -> Object {
     object! {
-        "promptId" => pending.prompt_id.clone(),
-        "agentId" => pending.agent_id.clone(),
-        "toolName" => pending.tool_name.clone(),
-        "input" => pending.input.clone(),
-        "choices" => pending.choices.clone(),
+        "promptId" => prompt_id,
+        "agentId" => agent_id,
+        "toolName" => tool_name,
+        "input" => input,
+        "choices" => choices.to_vec(),
     }
 }
 
