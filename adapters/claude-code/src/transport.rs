@@ -13,7 +13,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use patchbay_graph::approvals::{self, Approvals, Pending};
+use patchbay_graph::approvals;
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
     Source, SourceContext,
@@ -238,10 +238,6 @@ struct Shared {
     waiting: Mutex<VecDeque<Waiting>>,
     decided: Mutex<Decided>,
     stats: Arc<patchbay_graph::ComponentStats>,
-    /// Every agent's pending approvals (the graph's), with this component's name on its
-    /// own: a promptless answer decides the oldest of them all.
-    board: Arc<Approvals>,
-    component: String,
 }
 
 /// How many signals may wait between the handlers and the graph; beyond, hook signals
@@ -278,16 +274,11 @@ async fn serve(
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     let local = listener.local_addr()?;
-    let (stats, board) = match (ends.controls, ends.signals_in) {
-        (Some(cx), _) => (
-            Arc::clone(cx.stats()),
-            Arc::clone(cx.telemetry().approvals()),
-        ),
-        // A source holds no call: it needs no board of its own.
-        (None, Some(cx)) => (Arc::clone(cx.stats()), Arc::default()),
+    let stats = match (ends.controls, ends.signals_in) {
+        (Some(cx), _) => Arc::clone(cx.stats()),
+        (None, Some(cx)) => Arc::clone(cx.stats()),
         (None, None) => return Err("claude_code: no graph ends".into()),
     };
-    let component = stats.name().to_owned();
     stats.set_gauge("port", f64::from(local.port()));
     let (tx, mut rx) = mpsc::channel(SIGNALS_QUEUED);
     let shared = Arc::new(Shared {
@@ -299,8 +290,6 @@ async fn serve(
         waiting: Mutex::new(VecDeque::new()),
         decided: Mutex::new(Decided::default()),
         stats,
-        board,
-        component,
     });
     let app = Router::new()
         .route(HOOK_PATH, post(hook_handler))
@@ -371,9 +360,9 @@ async fn serve(
     result
 }
 
-/// A `control.answer` decides the call it names, or, naming none, the oldest approval any
-/// agent of the graph waits on when that is one of this component's; other signals are
-/// not for this component and are let through silently.
+/// A `control.answer` decides the call it names (one without `promptId` comes named by
+/// [`LinkEnds::next_control`] when the oldest approval of the graph is this component's);
+/// other signals are not for this component and are let through silently.
 fn answer(shared: &Shared, signal: &Signal) {
     if signal.kind != control::ANSWER {
         return;
@@ -387,7 +376,7 @@ fn answer(shared: &Shared, signal: &Signal) {
             return;
         }
     };
-    let Some(prompt_id) = answer.prompt_id.or_else(|| shared.board.target(&signal.id)) else {
+    let Some(prompt_id) = answer.prompt_id else {
         tracing::debug!("claude_code: a control.answer came while nothing waits");
         return;
     };
@@ -508,25 +497,14 @@ async fn held(shared: &Shared, hook: &Value, event: &str) -> Value {
         .get("tool_input")
         .cloned()
         .unwrap_or_else(|| Value::Object(Default::default()));
-    let pending = Pending {
-        prompt_id: prompt_id.clone(),
-        component: shared.component.clone(),
-        agent_id: agent_of(hook),
-        program: "claude_code".into(),
-        tool_name: tool.to_owned(),
-        input,
-        choices: vec!["allow".into(), "deny".into(), "ask".into()],
-        requested_at_ms: patchbay_signal::now_ms(),
-    };
+    let choices = ["allow", "deny", "ask"].map(String::from);
     {
         let mut decoder = lock(&shared.decoder);
         let waiting =
             decoder.state_change(hook, AgentState::Waiting, format!("approval for {tool}"));
-        let mut request = decoder.signal_for(
-            hook,
-            approvals::REQUESTED,
-            approvals::requested_payload(&pending),
-        );
+        let payload =
+            approvals::request_payload(&prompt_id, &agent_of(hook), tool, input, &choices);
+        let mut request = decoder.signal_for(hook, approvals::REQUESTED, payload);
         let meta = request.metadata_mut();
         meta.insert("hookEvent".into(), event.into());
         meta.insert("timeoutMs".into(), gate.timeout_ms.into());
@@ -534,7 +512,6 @@ async fn held(shared: &Shared, hook: &Value, event: &str) -> Value {
         shared.send_signal(waiting);
         shared.send_signal(request);
     }
-    let opened = shared.board.open(pending);
     let (decision, reason, by) =
         match tokio::time::timeout(Duration::from_millis(gate.timeout_ms), reply_rx).await {
             Ok(Ok(decided)) => decided,
@@ -547,7 +524,6 @@ async fn held(shared: &Shared, hook: &Value, event: &str) -> Value {
                 )
             }
         };
-    drop(opened);
     let decision = gate::decision(decision);
     if event == "PreToolUse" {
         lock(&shared.decided).record(key, decision, reason.clone());

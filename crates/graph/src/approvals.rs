@@ -289,18 +289,13 @@ struct Inner {
     targets: VecDeque<(String, Option<String>)>,
 }
 
-/// An open approval: closed (taken off the board) when dropped.
-#[must_use = "the approval is closed when this is dropped"]
-#[derive(Debug)]
-pub struct Opened {
-    board: Arc<Approvals>,
-    order: u64,
-}
-
-impl Drop for Opened {
-    fn drop(&mut self) {
-        self.board.lock().pending.remove(&self.order);
-    }
+/// What a component does with a control signal it took (see [`Approvals::route`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Route {
+    /// Handle this signal (a promptless answer now names the approval it decides).
+    Handle(Arc<Signal>),
+    /// A promptless answer that decides another component's approval: not for this one.
+    Elsewhere,
 }
 
 impl Approvals {
@@ -308,16 +303,108 @@ impl Approvals {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Puts an approval on the board until the returned guard is dropped.
-    pub fn open(self: &Arc<Self>, pending: Pending) -> Opened {
+    /// Puts an approval on the board (once: the same component and prompt again changes
+    /// nothing) until [`Approvals::close`].
+    pub fn open(&self, pending: Pending) {
         let mut inner = self.lock();
-        inner.opened += 1;
-        let order = inner.opened;
-        inner.pending.insert(order, pending);
-        Opened {
-            board: Arc::clone(self),
-            order,
+        let known = inner
+            .pending
+            .values()
+            .any(|p| p.component == pending.component && p.prompt_id == pending.prompt_id);
+        if !known {
+            inner.opened += 1;
+            let order = inner.opened;
+            inner.pending.insert(order, pending);
         }
+    }
+
+    /// Takes `component`'s approval `prompt_id` off the board (decided, or timed out).
+    pub fn close(&self, component: &str, prompt_id: &str) {
+        self.lock()
+            .pending
+            .retain(|_, p| !(p.component == component && p.prompt_id == prompt_id));
+    }
+
+    /// Takes every approval of `component` off the board (it stopped).
+    pub fn close_all(&self, component: &str) {
+        self.lock().pending.retain(|_, p| p.component != component);
+    }
+
+    /// Keeps the board in step with what an agent component emits: its
+    /// `approval.requested` opens an approval, its `approval.decided` closes it.
+    pub fn note(&self, component: &str, signal: &Signal) {
+        let prompt = || signal.payload.get("promptId").and_then(Value::as_str);
+        match signal.kind.as_str() {
+            REQUESTED => {
+                let Some(prompt_id) = prompt() else { return };
+                let text = |key: &str| {
+                    signal
+                        .payload
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let choices = signal
+                    .payload
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect();
+                let program = signal.source.split(':').next().unwrap_or_default();
+                self.open(Pending {
+                    prompt_id: prompt_id.to_owned(),
+                    component: component.to_owned(),
+                    agent_id: text("agentId"),
+                    program: program.to_owned(),
+                    tool_name: text("toolName"),
+                    input: signal.payload.get("input").cloned().unwrap_or(Value::Null),
+                    choices,
+                    requested_at_ms: signal.timestamp,
+                });
+            }
+            DECIDED => {
+                if let Some(prompt_id) = prompt() {
+                    self.close(component, prompt_id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What `component` does with a control signal: a `control.answer` without `promptId`
+    /// decides the oldest approval any agent waits on ([`Approvals::target`]), so it is
+    /// handled, naming it, by the component that holds it, and by no other; every other
+    /// signal is handled as it is.
+    pub fn route(&self, component: &str, signal: Arc<Signal>) -> Route {
+        let promptless = signal.kind == patchbay_signal::control::ANSWER
+            && signal
+                .payload
+                .get("promptId")
+                .is_none_or(|p| p.is_null() || p.as_str() == Some(""));
+        if !promptless {
+            return Route::Handle(signal);
+        }
+        let Some(target) = self.target(&signal.id) else {
+            // Nothing waits: the component says so in its own way.
+            return Route::Handle(signal);
+        };
+        let ours = self
+            .lock()
+            .pending
+            .values()
+            .any(|p| p.component == component && p.prompt_id == target);
+        if !ours {
+            return Route::Elsewhere;
+        }
+        let mut named = (*signal).clone();
+        named
+            .payload
+            .insert("promptId".into(), Value::String(target));
+        Route::Handle(Arc::new(named))
     }
 
     /// The approvals waiting, oldest first.
@@ -410,13 +497,15 @@ mod tests {
 
     #[test]
     fn a_promptless_answer_goes_to_the_oldest_and_every_component_agrees() {
-        let board = Arc::new(Approvals::default());
+        let board = Approvals::default();
         assert_eq!(board.target("a0"), None);
-        let first = board.open(pending("p1", "codex"));
-        let second = board.open(pending("p2", "claude"));
+        board.open(pending("p1", "codex"));
+        board.open(pending("p2", "claude"));
+        board.open(pending("p2", "claude"));
+        assert_eq!(board.pending().len(), 2, "opened once");
         assert_eq!(board.target("a1").as_deref(), Some("p1"));
         // The first decided, then the same answer asked again: still p1 (it went there).
-        drop(first);
+        board.close("codex", "p1");
         assert_eq!(board.target("a1").as_deref(), Some("p1"));
         // A new answer goes to the oldest now waiting.
         assert_eq!(board.target("a2").as_deref(), Some("p2"));
@@ -428,14 +517,56 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["p2"]
         );
-        drop(second);
+        board.close_all("claude");
         assert!(board.pending().is_empty());
     }
 
     #[test]
+    fn emitted_signals_open_and_close_and_answers_are_routed_to_their_holder() {
+        let board = Approvals::default();
+        let p = pending("call-1", "codex");
+        board.note("codex", &requested("codex:codex", &p, Object::new()));
+        board.note(
+            "claude",
+            &requested(
+                "claude_code:claude",
+                &pending("toolu", "claude"),
+                Object::new(),
+            ),
+        );
+        let listed = board.pending();
+        assert_eq!(
+            (listed[0].program.as_str(), listed[0].tool_name.as_str()),
+            ("codex", "Bash")
+        );
+        let pad = Arc::new(Signal::new(
+            "control.answer",
+            "pads",
+            object! {"value" => "deny"},
+        ));
+        // The oldest is codex's: claude passes the answer over, codex gets it named.
+        assert_eq!(board.route("claude", Arc::clone(&pad)), Route::Elsewhere);
+        let Route::Handle(named) = board.route("codex", Arc::clone(&pad)) else {
+            panic!("codex handles it");
+        };
+        assert_eq!(named.payload.get("promptId"), Some(&Value::from("call-1")));
+        // Other signals, and answers naming their prompt, pass as they are.
+        let other = Arc::new(Signal::new("control.pause", "pads", Object::new()));
+        assert_eq!(
+            board.route("claude", Arc::clone(&other)),
+            Route::Handle(other)
+        );
+        board.note(
+            "codex",
+            &decided("codex:codex", "call-1", Verdict::Deny, "pads"),
+        );
+        assert_eq!(board.pending().len(), 1);
+    }
+
+    #[test]
     fn targets_are_remembered_within_a_bound() {
-        let board = Arc::new(Approvals::default());
-        let _p = board.open(pending("p", "c"));
+        let board = Approvals::default();
+        board.open(pending("p", "c"));
         for i in 0..TARGETS_KEPT * 3 {
             assert_eq!(board.target(&format!("a{i}")).as_deref(), Some("p"));
         }

@@ -6,6 +6,7 @@
 use patchbay_signal::SharedSignal;
 use patchbay_signal::normalize::Decoded;
 
+use crate::approvals::Route;
 use crate::component::{Closed, OutputContext, SourceContext};
 use crate::telemetry::HealthState;
 
@@ -70,20 +71,44 @@ impl<'a> LinkEnds<'a> {
 
     /// The next control signal; `None` once the graph has ended and the queue is empty.
     /// Never resolves for a listen-only link, so that it can sit in a `select!`.
+    ///
+    /// A `control.answer` without `promptId` (what a pad sends) comes out naming the
+    /// approval it decides when that is the oldest any agent of the graph waits on and
+    /// this link holds it; when another component holds it, this link never sees it
+    /// (it is counted delivered: it went where it belongs). See [`crate::approvals`].
     pub async fn next_control(&self) -> Option<SharedSignal> {
-        match self.controls {
-            Some(cx) => cx.next().await,
-            None => std::future::pending().await,
+        let Some(cx) = self.controls else {
+            return std::future::pending().await;
+        };
+        loop {
+            let signal = cx.next().await?;
+            match cx.telemetry().approvals().route(cx.name(), signal) {
+                Route::Handle(signal) => return Some(signal),
+                Route::Elsewhere => cx.delivered(1),
+            }
         }
     }
 
     /// Emits the decoded signals in `out` (emptying it) into the graph; without an
-    /// inbound side they are dropped. `Err` when the graph is gone.
+    /// inbound side they are dropped. `Err` when the graph is gone. The approvals a
+    /// two-way link emits (`approval.requested`, `approval.decided`) keep the graph's
+    /// board in step, so that the status page lists them and a promptless answer finds
+    /// them.
     pub async fn emit_all(&self, out: &mut Vec<Decoded>) -> Result<(), Closed> {
         let Some(cx) = self.signals_in else {
             out.clear();
             return Ok(());
         };
+        if let Some(controls) = self.controls {
+            let board = controls.telemetry().approvals();
+            for decoded in out.iter() {
+                if let Decoded::Signal(signal) = decoded
+                    && signal.kind.starts_with("approval.")
+                {
+                    board.note(controls.name(), signal);
+                }
+            }
+        }
         cx.emit_all_decoded(out.drain(..)).await
     }
 

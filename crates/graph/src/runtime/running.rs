@@ -690,6 +690,7 @@ impl Running {
                     done: done_tx,
                     after,
                     inbound: None,
+                    approvals: None,
                 };
                 let abort = self
                     .sources
@@ -737,6 +738,7 @@ impl Running {
                     done: done_tx,
                     after,
                     inbound: inbound_of.get(&i).map(|&n| Arc::clone(&stats[n])),
+                    approvals: Some(Arc::clone(self.telemetry.approvals())),
                 };
                 let abort = self
                     .outputs

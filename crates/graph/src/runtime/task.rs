@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
+use crate::approvals::Approvals;
 use crate::component::{BoxFuture, ComponentError, Ending, Life};
 use crate::engine::panic_message;
 use crate::events::EventSender;
@@ -42,10 +43,16 @@ struct EndReport {
     life: mpsc::UnboundedSender<Life>,
     ending: Option<Ending>,
     done: watch::Sender<bool>,
+    /// An output's approvals, taken off the board when it ends (before `done`, so that
+    /// the instance replacing it starts with none of them).
+    approvals: Option<(Arc<Approvals>, String)>,
 }
 
 impl Drop for EndReport {
     fn drop(&mut self) {
+        if let Some((board, name)) = self.approvals.take() {
+            board.close_all(&name);
+        }
         if let Some(ending) = self.ending.take() {
             let _ = self.life.send(Life::Ended(self.slot, ending));
         }
@@ -70,6 +77,9 @@ pub(super) struct TaskEnds {
     pub(super) after: Option<Predecessor>,
     /// An output's `.inbound` side, which runs and stops with it.
     pub(super) inbound: Option<Arc<ComponentStats>>,
+    /// An output's board of approvals (the graph's): what it left open is closed when it
+    /// ends.
+    pub(super) approvals: Option<Arc<Approvals>>,
 }
 
 /// The instance a rebuilt one waits for.
@@ -92,6 +102,7 @@ pub(super) async fn component_task(
             life: ends.life,
             ending: Some(Ending::Aborted),
             done: ends.done,
+            approvals: ends.approvals.map(|board| (board, ends.name.clone())),
         };
         if let Some(p) = ends.after {
             let mut done = p.done;
