@@ -1,11 +1,6 @@
 //! `type = "codelia"`: patchbay runs a Codelia runtime as a child and speaks to it as its
 //! UI, over NDJSON on the child's stdin/stdout.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
-
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
     Source, SourceContext,
@@ -13,40 +8,44 @@ use patchbay_graph::{
 use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::now_ms;
+use patchbay_transport::child::{
+    ChildConfig, ChildDefaults, ChildOptions, StdioChild, finish, parse_child_options, write_line,
+};
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::io::AsyncReadExt;
 
 use crate::client::UiClient;
-
-/// How long the runtime gets to exit on its own once its input is closed.
-const EXIT_GRACE: Duration = Duration::from_secs(3);
 
 /// `[outputs.NAME]` (two-way) or `[sources.NAME]` (listen only) with `type = "codelia"`:
 /// a Codelia runtime patchbay starts and talks to as its UI.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct CodeliaConfig {
-    /// The runtime's command line, program first (e.g. `["node",
-    /// "packages/runtime/dist/index.js"]`).
-    pub command: Vec<String>,
-    /// Its working directory (default: patchbay's); a relative path is relative to the
-    /// config file's folder.
-    #[serde(default)]
-    pub cwd: Option<PathBuf>,
-    /// Extra environment variables for it.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    /// The runtime to run (`command`, e.g. `["node", "packages/runtime/dist/index.js"]`,
+    /// `cwd`, `env`).
+    #[serde(flatten)]
+    pub runtime: ChildOptions<Runtime>,
+}
+
+/// A Codelia runtime has no default command: the config names it.
+#[derive(Debug, Clone, schemars::JsonSchema)]
+pub struct Runtime;
+
+impl ChildDefaults for Runtime {
+    fn command() -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl ChildConfig for CodeliaConfig {
+    type Defaults = Runtime;
+    fn child_mut(&mut self) -> &mut ChildOptions<Runtime> {
+        &mut self.runtime
+    }
 }
 
 fn parse_config(options: &Options<'_>) -> Result<CodeliaConfig, Diagnostic> {
-    let mut config: CodeliaConfig = options.parse()?;
-    config.cwd = config.cwd.map(|cwd| options.resolve_path(&cwd));
-    if config.command.first().is_none_or(|p| p.trim().is_empty()) {
-        return Err(options.error_at("command", "`command` needs at least the program to run"));
-    }
-    Ok(config)
+    parse_child_options(options)
 }
 
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
@@ -83,34 +82,6 @@ impl Output for Codelia {
     }
 }
 
-fn spawn(config: &CodeliaConfig) -> Result<Child, String> {
-    let (program, args) = config
-        .command
-        .split_first()
-        .ok_or_else(|| "`command` is empty".to_owned())?;
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .envs(&config.env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(cwd) = &config.cwd {
-        command.current_dir(cwd);
-    }
-    command
-        .spawn()
-        .map_err(|e| format!("cannot start `{program}`: {e}"))
-}
-
-async fn write_line(stdin: &mut ChildStdin, msg: &Value) -> std::io::Result<()> {
-    let mut line = msg.to_string();
-    line.push('\n');
-    stdin.write_all(line.as_bytes()).await?;
-    stdin.flush().await
-}
-
 /// Runs the runtime until it exits, the graph ends or shutdown.
 async fn talk(
     config: CodeliaConfig,
@@ -119,30 +90,22 @@ async fn talk(
 ) -> Result<(), ComponentError> {
     side.set_state(
         HealthState::Starting,
-        Some(format!("starting {}", config.command.join(" "))),
+        Some(format!("starting {}", config.runtime.describe())),
     );
-    let mut child = match spawn(&config) {
+    let StdioChild {
+        mut child,
+        stdin,
+        stdout,
+    } = match config.runtime.spawn(&source) {
         Ok(child) => child,
         Err(why) => return Err(fail(&side, why).await),
     };
-    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(fail(&side, "the runtime's stdio is not piped".into()).await);
-    };
-    if let Some(stderr) = child.stderr.take() {
-        // The runtime's log lines go to patchbay's log.
-        let name = source.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(component = %name, "{line}");
-            }
-        });
-    }
 
     let mut client = UiClient::new(source.clone());
     let init = client.initialize();
     let init_id = init.get("id").cloned();
-    if let Err(e) = write_line(&mut stdin, &init).await {
+    let mut stdin = stdin;
+    if let Err(e) = write_line(&mut stdin, &init.to_string()).await {
         return Err(fail(&side, format!("cannot talk to the runtime: {e}")).await);
     }
 
@@ -170,8 +133,8 @@ async fn talk(
             signal = side.next_control(), if stdin.is_some() => match signal {
                 Some(signal) => {
                     let Some(cx) = side.controls else { continue };
-                    match client.encode(&signal) {
-                        Ok(msg) => match stdin.as_mut().map(|s| write_line(s, &msg)) {
+                    match client.encode(&signal).map(|msg| msg.to_string()) {
+                        Ok(line) => match stdin.as_mut().map(|s| write_line(s, &line)) {
                             Some(write) => match write.await {
                                 Ok(()) => cx.delivered(1),
                                 Err(e) => cx.refused(format!("{}: the runtime is not reading: {e}", signal.kind)),
@@ -194,17 +157,7 @@ async fn talk(
         }
     }
     drop(stdin);
-    let status = if graph_open {
-        child.wait().await.ok()
-    } else {
-        match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
-            Ok(status) => status.ok(),
-            Err(_) => {
-                let _ = child.kill().await;
-                return Ok(());
-            }
-        }
-    };
+    let status = finish(&mut child, graph_open).await;
     if !graph_open {
         return Ok(());
     }

@@ -412,8 +412,8 @@ fn config_needs_a_command() {
     let r = registry();
     for (options, message) in [
         ("command = []", "at least the program"),
-        ("command = [\"x\"]\nbogus = 1", "unknown field"),
-        ("cwd = \"/\"", "missing field `command`"),
+        ("command = [\"x\"]\nbogus = 1", "`bogus`"),
+        ("cwd = \"/\"", "at least the program"),
     ] {
         let config = format!("[sources.rt]\ntype = \"codelia\"\n{options}\n");
         let err = compile(&[SourceText::new("c.toml", config)], &r).expect_err(options);

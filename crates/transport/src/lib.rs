@@ -23,8 +23,11 @@
 //!   and `Origin` checked on every request ([`listen::serve`]).
 //! - [`RedactedUrl`]: a URL as it may be logged (password and token-like query values
 //!   replaced by `***`); header values are never shown.
+//! - [`child`]: the programs a component starts and talks to over stdio (`command`, `cwd`,
+//!   `env`; started with their log lines in patchbay's log, ended with a grace period).
 
 pub mod backoff;
+pub mod child;
 mod driver;
 mod headers;
 mod http;
