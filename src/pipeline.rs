@@ -92,6 +92,8 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_jte::ADAPTER,
     #[cfg(feature = "claude-code")]
     &patchbay_claude_code::ADAPTER,
+    #[cfg(feature = "codex")]
+    &patchbay_codex::ADAPTER,
     #[cfg(feature = "midi")]
     &patchbay_midi::ADAPTER,
     #[cfg(feature = "webhook")]

@@ -285,8 +285,9 @@ struct Inner {
     /// By the order they were opened: the first is the oldest.
     pending: BTreeMap<u64, Pending>,
     opened: u64,
-    /// Which approval each recent promptless answer went to, by the answer's signal id.
-    targets: VecDeque<(String, Option<String>)>,
+    /// Which approval (component, prompt) each recent promptless answer went to, by the
+    /// answer's signal id.
+    targets: VecDeque<(String, Option<(String, String)>)>,
 }
 
 /// What a component does with a control signal it took (see [`Approvals::route`]).
@@ -388,22 +389,17 @@ impl Approvals {
         if !promptless {
             return Route::Handle(signal);
         }
-        let Some(target) = self.target(&signal.id) else {
+        let Some((holder, prompt)) = self.target(&signal.id) else {
             // Nothing waits: the component says so in its own way.
             return Route::Handle(signal);
         };
-        let ours = self
-            .lock()
-            .pending
-            .values()
-            .any(|p| p.component == component && p.prompt_id == target);
-        if !ours {
+        if holder != component {
             return Route::Elsewhere;
         }
         let mut named = (*signal).clone();
         named
             .payload
-            .insert("promptId".into(), Value::String(target));
+            .insert("promptId".into(), Value::String(prompt));
         Route::Handle(Arc::new(named))
     }
 
@@ -412,15 +408,19 @@ impl Approvals {
         self.lock().pending.values().cloned().collect()
     }
 
-    /// Which approval the promptless answer `answer_id` (a signal id) decides: the oldest
-    /// pending when the first component asked, and the same for every component that asks
-    /// after it. `None` when nothing was waiting then.
-    pub fn target(&self, answer_id: &str) -> Option<String> {
+    /// Which approval the promptless answer `answer_id` (a signal id) decides, as its
+    /// component and prompt: the oldest pending when the first component asked, and the
+    /// same for every component that asks after it. `None` when nothing was waiting then.
+    pub fn target(&self, answer_id: &str) -> Option<(String, String)> {
         let mut inner = self.lock();
         if let Some((_, target)) = inner.targets.iter().find(|(id, _)| id == answer_id) {
             return target.clone();
         }
-        let target = inner.pending.values().next().map(|p| p.prompt_id.clone());
+        let target = inner
+            .pending
+            .values()
+            .next()
+            .map(|p| (p.component.clone(), p.prompt_id.clone()));
         if inner.targets.len() == TARGETS_KEPT {
             inner.targets.pop_front();
         }
@@ -503,12 +503,13 @@ mod tests {
         board.open(pending("p2", "claude"));
         board.open(pending("p2", "claude"));
         assert_eq!(board.pending().len(), 2, "opened once");
-        assert_eq!(board.target("a1").as_deref(), Some("p1"));
+        let to = |component: &str, prompt: &str| Some((component.to_owned(), prompt.to_owned()));
+        assert_eq!(board.target("a1"), to("codex", "p1"));
         // The first decided, then the same answer asked again: still p1 (it went there).
         board.close("codex", "p1");
-        assert_eq!(board.target("a1").as_deref(), Some("p1"));
+        assert_eq!(board.target("a1"), to("codex", "p1"));
         // A new answer goes to the oldest now waiting.
-        assert_eq!(board.target("a2").as_deref(), Some("p2"));
+        assert_eq!(board.target("a2"), to("claude", "p2"));
         assert_eq!(
             board
                 .pending()
@@ -530,7 +531,7 @@ mod tests {
             "claude",
             &requested(
                 "claude_code:claude",
-                &pending("toolu", "claude"),
+                &pending("call-1", "claude"),
                 Object::new(),
             ),
         );
@@ -568,7 +569,7 @@ mod tests {
         let board = Approvals::default();
         board.open(pending("p", "c"));
         for i in 0..TARGETS_KEPT * 3 {
-            assert_eq!(board.target(&format!("a{i}")).as_deref(), Some("p"));
+            assert!(board.target(&format!("a{i}")).is_some());
         }
         assert_eq!(board.lock().targets.len(), TARGETS_KEPT);
     }
