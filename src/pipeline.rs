@@ -94,6 +94,10 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_claude_code::ADAPTER,
     #[cfg(feature = "codex")]
     &patchbay_codex::ADAPTER,
+    #[cfg(feature = "gemini-cli")]
+    &patchbay_gemini_cli::ADAPTER,
+    #[cfg(feature = "opencode")]
+    &patchbay_opencode::ADAPTER,
     #[cfg(feature = "midi")]
     &patchbay_midi::ADAPTER,
     #[cfg(feature = "webhook")]

@@ -152,7 +152,7 @@ pub fn usage_signals(
         signal.timestamp = entry
             .get("timestamp")
             .and_then(Value::as_str)
-            .and_then(parse_rfc3339_ms)
+            .and_then(patchbay_signal::rfc3339_millis)
             .unwrap_or_else(now_ms);
         if let Some(id) = message.get("id").and_then(Value::as_str) {
             signal.metadata_mut().insert("messageId".into(), id.into());
@@ -169,40 +169,4 @@ pub fn usage_signals(
         out.push(signal);
     }
     out
-}
-
-/// `2026-11-25T13:02:56.382Z` → epoch ms (UTC only, as transcripts write it).
-fn parse_rfc3339_ms(text: &str) -> Option<i64> {
-    let text = text.strip_suffix('Z')?;
-    let (date, time) = text.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    let ms: i64 = format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_parse() {
-        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1500));
-        assert_eq!(
-            parse_rfc3339_ms("2026-11-25T13:02:56.382Z"),
-            Some(1_795_611_776_382)
-        );
-        assert_eq!(parse_rfc3339_ms("yesterday"), None);
-    }
 }

@@ -203,6 +203,69 @@ pub fn millis_of(value: &Value) -> Option<i64> {
     }
 }
 
+/// An RFC 3339 time, `2026-11-28T06:34:13.289Z` (or with an offset, `+01:00`), as epoch
+/// milliseconds; `None` for
+/// anything else, or a time before 1970.
+pub fn rfc3339_millis(text: &str) -> Option<i64> {
+    let (date, rest) = text.split_once('T').or_else(|| text.split_once(' '))?;
+    let (time, offset_min) = if let Some(t) = rest.strip_suffix('Z') {
+        (t, 0)
+    } else if let Some(i) = rest.rfind(['+', '-']) {
+        let (t, off) = rest.split_at(i);
+        let sign = if off.starts_with('-') { -1 } else { 1 };
+        let (h, m) = off[1..].split_once(':').unwrap_or((&off[1..], "0"));
+        let (h, m) = (number(h, 2)?, number(m, 2)?);
+        (t, sign * (h * 60 + m))
+    } else {
+        (rest, 0)
+    };
+    let mut d = date.split('-');
+    let (y, m, day) = (
+        number(d.next()?, 4)?,
+        number(d.next()?, 2)?,
+        number(d.next()?, 2)?,
+    );
+    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.split(':');
+    let (hh, mm, ss) = (
+        number(t.next()?, 2)?,
+        number(t.next()?, 2)?,
+        number(t.next()?, 2)?,
+    );
+    if t.next().is_some() || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let ms = frac
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(3)
+        .fold(0, |acc, b| acc * 10 + i64::from(b - b'0'));
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms = ((days * 24 + hh) * 60 + mm - offset_min) * 60_000 + ss * 1000 + ms;
+    (ms >= 0).then_some(ms)
+}
+
+/// A run of 1 to `max` ASCII digits as a number.
+fn number(text: &str, max: usize) -> Option<i64> {
+    if text.is_empty() || text.len() > max || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 /// Builds a JSON object from `key => value` pairs.
 ///
 /// ```
@@ -234,6 +297,35 @@ pub fn truncate(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_parse() {
+        assert_eq!(rfc3339_millis("1970-01-01T00:00:01.5Z"), Some(1500));
+        assert_eq!(
+            rfc3339_millis("2026-11-28T06:34:13.289Z"),
+            Some(1_795_847_653_289)
+        );
+        assert_eq!(
+            rfc3339_millis("2026-11-28T07:34:13.289+01:00"),
+            Some(1_795_847_653_289)
+        );
+        assert_eq!(
+            rfc3339_millis("2026-11-28T06:34:13Z"),
+            Some(1_795_847_653_000)
+        );
+        for bad in [
+            "yesterday",
+            "",
+            "T",
+            "2026-13-01T00:00:00Z",
+            "2026-11-28T06:34:13.2é9Z",
+            "1969-12-31T23:59:59Z",
+            "+2026-11-28T06:34:13Z",
+            "2026-11-28T06:34:13.289+ab:00",
+        ] {
+            assert_eq!(rfc3339_millis(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn envelope_field_names_match_the_schema() {

@@ -1,0 +1,570 @@
+//! Hook payloads (the JSON a Gemini CLI command hook reads on stdin) to signals: the pure
+//! part (no I/O). See the crate docs for the mapping.
+
+use std::collections::HashMap;
+
+use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_signal::well_known::{
+    AgentState, AgentStateChange, Completion, Payload, TaskDispatch, TextDelta, TokenUsage,
+    ToolCall, ToolResult, as_count,
+};
+use patchbay_signal::{Object, Signal, SmallString, is_informative, now_ms, truncate, well_known};
+use serde_json::Value;
+
+use crate::fields::{
+    TEXT_KEEP, canonical, fnv1a, snake_case, timestamp_of, truncate_object, truncate_strings,
+};
+
+/// The prefix of the signal types of Gemini CLI's own events (`gemini_cli.session_start`).
+pub const TYPE_PREFIX: &str = "gemini_cli.";
+
+/// How many agents' last states are remembered (sessions); the oldest are forgotten
+/// first, so that a daemon running for months does not grow.
+const AGENTS_KEPT: usize = 1024;
+
+/// The fields every hook payload shares; they go to `metadata` (or the envelope), not
+/// into `gemini_cli.<event>` payloads.
+const COMMON: [&str; 5] = [
+    "session_id",
+    "transcript_path",
+    "cwd",
+    "hook_event_name",
+    "timestamp",
+];
+
+/// What the decoder remembers of one agent (a session).
+#[derive(Debug, Clone)]
+struct Agent {
+    state: AgentState,
+    /// The task of the prompt in progress (set by `BeforeAgent`, closed by `AfterAgent`).
+    task: Option<String>,
+    /// When it was last touched (to forget the oldest first).
+    tick: u64,
+}
+
+/// Decodes Gemini CLI hook payloads into signals, remembering each session's last state
+/// (so that `agent_state_change.from` is right) and the task of its prompt in progress.
+#[derive(Debug, Clone)]
+pub struct HookDecoder {
+    source: SmallString,
+    agents: HashMap<String, Agent>,
+    tick: u64,
+}
+
+impl HookDecoder {
+    /// A decoder whose signals have `source` (`gemini_cli:NAME`).
+    pub fn new(source: impl Into<SmallString>) -> Self {
+        HookDecoder {
+            source: source.into(),
+            agents: HashMap::new(),
+            tick: 0,
+        }
+    }
+
+    /// The signals' source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Decodes one hook body (bytes as received); a body that is not JSON gives one
+    /// counted bad-input `error` signal (as does a JSON body that is not a hook payload,
+    /// see [`decode`](Self::decode)).
+    pub fn decode_bytes(&mut self, body: &[u8], out: &mut Vec<Decoded>) {
+        let text = String::from_utf8_lossy(body);
+        match serde_json::from_str::<Value>(text.trim()) {
+            Ok(value) => self.decode(&value, out),
+            Err(e) => out.push(self.bad(&text, &format!("the hook body is not JSON: {e}"))),
+        }
+    }
+
+    /// Decodes one hook payload; one that is not an object with a string
+    /// `hook_event_name` gives one counted bad-input `error` signal.
+    pub fn decode(&mut self, hook: &Value, out: &mut Vec<Decoded>) {
+        let Some(event) = hook
+            .as_object()
+            .and_then(|o| o.get("hook_event_name"))
+            .and_then(Value::as_str)
+        else {
+            out.push(self.bad(
+                &hook.to_string(),
+                "a hook payload must be a JSON object with a string `hook_event_name`",
+            ));
+            return;
+        };
+        let h = Hook::new(hook, event);
+        let mut signals = Vec::new();
+        match event {
+            "SessionStart" => {
+                signals.push(self.details(&h, h.rest()));
+                let reason = h.reason("session started", "source");
+                self.change(&h, AgentState::Idle, reason, &mut signals);
+            }
+            "BeforeAgent" => {
+                signals.push(self.dispatch(&h));
+                self.change(
+                    &h,
+                    AgentState::Thinking,
+                    "prompt submitted".into(),
+                    &mut signals,
+                );
+            }
+            "BeforeModel" | "BeforeToolSelection" => {
+                signals.push(self.details(&h, model_request(&h)));
+                // Back to thinking after a call that never returned (blocked by a hook)
+                // or a notification: the agent is calling the model.
+                if !matches!(self.state_of(&h.agent_id()), AgentState::Thinking) {
+                    self.change(
+                        &h,
+                        AgentState::Thinking,
+                        "calling the model".into(),
+                        &mut signals,
+                    );
+                }
+            }
+            "AfterModel" => self.after_model(&h, &mut signals),
+            "BeforeTool" => {
+                signals.push(self.tool_call(&h));
+                self.change(
+                    &h,
+                    AgentState::Acting,
+                    format!("running {}", h.tool()),
+                    &mut signals,
+                );
+            }
+            "AfterTool" => {
+                signals.push(self.tool_result(&h));
+                self.change(
+                    &h,
+                    AgentState::Thinking,
+                    format!("{} returned", h.tool()),
+                    &mut signals,
+                );
+            }
+            "AfterAgent" => {
+                signals.push(self.completion(&h));
+                self.change(&h, AgentState::Idle, "turn finished".into(), &mut signals);
+                self.agent_mut(&h.agent_id()).task = None;
+            }
+            "Notification" => {
+                signals.push(self.details(&h, h.rest()));
+                let reason = h.reason("notification", "message");
+                self.change(&h, AgentState::Waiting, reason, &mut signals);
+            }
+            "SessionEnd" => {
+                signals.push(self.details(&h, h.rest()));
+                let reason = h.reason("session ended", "reason");
+                self.change(&h, AgentState::Done, reason, &mut signals);
+            }
+            // PreCompress and any event this version does not know: its own fields.
+            _ => signals.push(self.details(&h, h.rest())),
+        }
+        for mut signal in signals {
+            // The typed payloads above are valid by construction; this only guards a field
+            // Gemini CLI might one day send with another shape.
+            well_known::repair(&mut signal);
+            out.push(Decoded::Signal(signal));
+        }
+    }
+
+    /// The state `agent` was last seen in (`idle` if never).
+    pub fn state_of(&self, agent: &str) -> AgentState {
+        self.agents.get(agent).map_or(AgentState::Idle, |a| a.state)
+    }
+
+    /// An `agent_state_change` of the hook's agent to `to`, for the gate (`waiting` while
+    /// a call is held, and back).
+    pub fn state_change(&mut self, hook: &Value, to: AgentState, reason: String) -> Signal {
+        let h = Hook::new(hook, event_of(hook));
+        let mut out = Vec::new();
+        self.change(&h, to, reason, &mut out);
+        out.pop()
+            .unwrap_or_else(|| self.envelope(&h, AgentStateChange::KIND, Object::new()))
+    }
+
+    /// A signal of type `kind` from this decoder's source with the hook's envelope
+    /// (timestamp, correlation id, metadata): what the gate's own signals use.
+    pub fn signal_for(&self, hook: &Value, kind: &str, payload: Object) -> Signal {
+        self.envelope(&Hook::new(hook, event_of(hook)), kind, payload)
+    }
+
+    fn change(&mut self, h: &Hook<'_>, to: AgentState, reason: String, out: &mut Vec<Signal>) {
+        let agent = h.agent_id();
+        let entry = self.agent_mut(&agent);
+        let from = entry.state;
+        entry.state = to;
+        let payload = AgentStateChange {
+            agent_id: agent,
+            from,
+            to,
+            reason: Some(reason),
+        }
+        .into_object();
+        out.push(self.envelope(h, AgentStateChange::KIND, payload));
+    }
+
+    /// The agent's entry, created idle if new (the least recently touched one forgotten
+    /// when too many are kept).
+    fn agent_mut(&mut self, agent: &str) -> &mut Agent {
+        self.tick += 1;
+        if !self.agents.contains_key(agent)
+            && self.agents.len() >= AGENTS_KEPT
+            && let Some(oldest) = self
+                .agents
+                .iter()
+                .min_by_key(|(_, a)| a.tick)
+                .map(|(k, _)| k.clone())
+        {
+            self.agents.remove(&oldest);
+        }
+        let tick = self.tick;
+        let entry = self.agents.entry(agent.to_owned()).or_insert(Agent {
+            state: AgentState::Idle,
+            task: None,
+            tick,
+        });
+        entry.tick = tick;
+        entry
+    }
+
+    fn dispatch(&mut self, h: &Hook<'_>) -> Signal {
+        let task = task_id(h.value);
+        let agent = h.agent_id();
+        self.agent_mut(&agent).task = Some(task.clone());
+        let payload = TaskDispatch {
+            task_id: task,
+            from: "user".into(),
+            to: agent,
+            description: h.str("prompt").map(|p| truncate(p, TEXT_KEEP)),
+        }
+        .into_object();
+        self.envelope(h, TaskDispatch::KIND, payload)
+    }
+
+    fn completion(&mut self, h: &Hook<'_>) -> Signal {
+        let agent = h.agent_id();
+        let task = self
+            .agent_mut(&agent)
+            .task
+            .clone()
+            .unwrap_or_else(|| agent.clone());
+        let payload = Completion {
+            task_id: task,
+            agent_id: Some(agent),
+            success: true,
+            result: h.str("prompt_response").map(|r| truncate(r, TEXT_KEEP)),
+        }
+        .into_object();
+        let mut signal = self.envelope(h, Completion::KIND, payload);
+        if let Some(active) = h.value.get("stop_hook_active") {
+            signal
+                .metadata_mut()
+                .insert("stopHookActive".into(), active.clone());
+        }
+        signal
+    }
+
+    /// `gemini_cli.after_model` for every chunk; a `text_delta` for a chunk with text; a
+    /// `token_usage` for the chunk that ends a response (the one with a `finishReason`:
+    /// every chunk repeats the response's running `usageMetadata`, so only the last one
+    /// is counted).
+    fn after_model(&mut self, h: &Hook<'_>, out: &mut Vec<Signal>) {
+        out.push(self.details(h, model_request(h)));
+        let response = h.value.get("llm_response");
+        let text = response
+            .and_then(|r| r.get("text"))
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty());
+        if let Some(text) = text {
+            let payload = TextDelta {
+                agent_id: h.agent_id(),
+                content: text.to_owned(),
+                content_type: None,
+                index: None,
+            }
+            .into_object();
+            out.push(self.envelope(h, TextDelta::KIND, payload));
+        }
+        let finished = response
+            .and_then(|r| r.get("candidates"))
+            .and_then(Value::as_array)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.get("finishReason").is_some_and(is_informative))
+            });
+        let usage = response
+            .and_then(|r| r.get("usageMetadata"))
+            .and_then(Value::as_object);
+        if finished && let Some(usage) = usage {
+            let n = |k: &str| usage.get(k).and_then(as_count);
+            let prompt = n("promptTokenCount").unwrap_or(0);
+            let completion = n("candidatesTokenCount").unwrap_or_else(|| {
+                n("totalTokenCount")
+                    .unwrap_or(0)
+                    .saturating_sub(prompt + n("thoughtsTokenCount").unwrap_or(0))
+            });
+            let payload = TokenUsage {
+                agent_id: h.agent_id(),
+                prompt_tokens: prompt,
+                completion_tokens: completion,
+                model: h.model().map(str::to_owned),
+                cost: None,
+            }
+            .into_object();
+            let mut signal = self.envelope(h, TokenUsage::KIND, payload);
+            let meta = signal.metadata_mut();
+            for (k, v) in usage {
+                if k != "promptTokenCount" && k != "candidatesTokenCount" {
+                    meta.insert(k.clone(), v.clone());
+                }
+            }
+            out.push(signal);
+        }
+    }
+
+    fn tool_call(&self, h: &Hook<'_>) -> Signal {
+        let payload = ToolCall {
+            tool_name: h.tool().to_owned(),
+            agent_id: h.agent_id(),
+            call_id: Some(call_id(h.value)),
+            input: h.object("tool_input"),
+        }
+        .into_object();
+        let mut signal = self.envelope(h, ToolCall::KIND, payload);
+        if let Some(mcp) = h.value.get("mcp_context").filter(|v| is_informative(v)) {
+            signal
+                .metadata_mut()
+                .insert("mcpContext".into(), mcp.clone());
+        }
+        signal
+    }
+
+    fn tool_result(&self, h: &Hook<'_>) -> Signal {
+        let response = h.value.get("tool_response");
+        let success = !response
+            .and_then(|r| r.get("error"))
+            .is_some_and(|e| !e.is_null() && e != &Value::Bool(false));
+        let output = match response {
+            Some(Value::Object(o)) => Some(truncate_object(o)),
+            Some(Value::Null) | None => None,
+            Some(other) => Some(patchbay_signal::object! {"content" => truncate_strings(other)}),
+        };
+        let payload = ToolResult {
+            tool_name: h.tool().to_owned(),
+            agent_id: h.agent_id(),
+            call_id: Some(call_id(h.value)),
+            success,
+            output,
+        }
+        .into_object();
+        let mut signal = self.envelope(h, ToolResult::KIND, payload);
+        if let Some(mcp) = h.value.get("mcp_context").filter(|v| is_informative(v)) {
+            signal
+                .metadata_mut()
+                .insert("mcpContext".into(), mcp.clone());
+        }
+        signal
+    }
+
+    /// `gemini_cli.<event>` with `payload`.
+    fn details(&self, h: &Hook<'_>, payload: Object) -> Signal {
+        self.envelope(h, &event_type(h.event), payload)
+    }
+
+    /// The envelope: the hook's `timestamp` (else now), the correlation id (the call for
+    /// tool events, else the prompt's task, else the session), and metadata (`hookEvent`,
+    /// `sessionId`, `cwd`, `transcriptPath`).
+    fn envelope(&self, h: &Hook<'_>, kind: &str, payload: Object) -> Signal {
+        let mut signal = Signal::new(kind, self.source.clone(), payload)
+            .at(timestamp_of(h.value).unwrap_or_else(now_ms));
+        let correlation = if kind == ToolCall::KIND || kind == ToolResult::KIND {
+            Some(call_id(h.value))
+        } else {
+            h.str("session_id").and_then(|s| {
+                self.agents
+                    .get(s)
+                    .and_then(|a| a.task.clone())
+                    .or_else(|| Some(s.to_owned()))
+            })
+        };
+        signal.correlation_id = correlation.map(Into::into);
+        let meta = signal.metadata_mut();
+        meta.insert("hookEvent".into(), h.event.into());
+        for (key, name) in [
+            ("session_id", "sessionId"),
+            ("cwd", "cwd"),
+            ("transcript_path", "transcriptPath"),
+        ] {
+            if let Some(v) = h.value.get(key).filter(|v| !v.is_null()) {
+                meta.insert(name.into(), v.clone());
+            }
+        }
+        if timestamp_of(h.value).is_none()
+            && let Some(t) = h.value.get("timestamp").filter(|v| !v.is_null())
+        {
+            // Kept as sent when it could not be read as a time.
+            meta.insert("hookTimestamp".into(), t.clone());
+        }
+        signal
+    }
+
+    fn bad(&self, raw: &str, message: &str) -> Decoded {
+        Decoded::BadInput(bad_input_signal(
+            &self.source,
+            now_ms(),
+            raw,
+            &format!("gemini_cli: {message}"),
+        ))
+    }
+}
+
+/// A model event's payload: the request's `model`, `config`, `toolConfig` and the number
+/// of its messages (not the messages: the whole conversation, repeated by every event),
+/// and for `AfterModel` the chunk: `text`, `finishReason`, `usageMetadata`.
+fn model_request(h: &Hook<'_>) -> Object {
+    let mut payload = Object::new();
+    if let Some(Value::Object(request)) = h.value.get("llm_request") {
+        for key in ["model", "config", "toolConfig"] {
+            if let Some(v) = request.get(key).filter(|v| is_informative(v)) {
+                payload.insert(key.into(), v.clone());
+            }
+        }
+        if let Some(messages) = request.get("messages").and_then(Value::as_array) {
+            payload.insert("messageCount".into(), messages.len().into());
+        }
+    }
+    if let Some(Value::Object(response)) = h.value.get("llm_response") {
+        if let Some(text) = response.get("text") {
+            payload.insert("text".into(), truncate_strings(text));
+        }
+        let reasons: Vec<Value> = response
+            .get("candidates")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.get("finishReason").filter(|r| is_informative(r)).cloned())
+            .collect();
+        if let Some(reason) = reasons.first() {
+            payload.insert("finishReason".into(), reason.clone());
+        }
+        if let Some(usage) = response.get("usageMetadata").filter(|u| is_informative(u)) {
+            payload.insert("usageMetadata".into(), usage.clone());
+        }
+    }
+    // Any other field a later version adds.
+    for (k, v) in h.rest() {
+        if k != "llm_request" && k != "llm_response" {
+            payload.insert(k, v);
+        }
+    }
+    payload
+}
+
+/// `gemini_cli.<event>` with the event name in snake case (`BeforeToolSelection` →
+/// `gemini_cli.before_tool_selection`).
+pub fn event_type(event: &str) -> String {
+    format!("{TYPE_PREFIX}{}", snake_case(event))
+}
+
+/// The `callId` of a `BeforeTool` or `AfterTool` payload. Gemini CLI's hooks carry no id
+/// for a call (the `tool_id` of `--output-format stream-json` is not in them), so it is
+/// derived from what both hooks of one call share: `gemini-` and 16 hex digits of the
+/// 64-bit FNV-1a hash of the session id, the tool name and the input (its JSON with keys
+/// sorted), each followed by a NUL byte. The same for both hooks of a call, and stable
+/// across runs and restarts; two identical calls in one session get the same id (one
+/// after the other, so they still pair in order).
+pub fn call_id(hook: &Value) -> String {
+    let field = |k: &str| hook.get(k).and_then(Value::as_str).unwrap_or_default();
+    let mut text = String::new();
+    text.push_str(field("session_id"));
+    text.push('\0');
+    text.push_str(field("tool_name"));
+    text.push('\0');
+    canonical(hook.get("tool_input").unwrap_or(&Value::Null), &mut text);
+    text.push('\0');
+    format!("gemini-{:016x}", fnv1a(text.as_bytes()))
+}
+
+/// The `taskId` of a prompt (`BeforeAgent`): the session id and the prompt's timestamp
+/// (`SESSION@2026-11-28T06:34:13.323Z`), unique for each prompt of a session whatever the
+/// decoder saw before; the session id alone when the payload has no timestamp.
+pub fn task_id(hook: &Value) -> String {
+    let session = hook
+        .get("session_id")
+        .and_then(Value::as_str)
+        .unwrap_or("gemini-cli");
+    match hook.get("timestamp").and_then(Value::as_str) {
+        Some(t) if !t.is_empty() => format!("{session}@{t}"),
+        _ => session.to_owned(),
+    }
+}
+
+/// The agent a hook payload is about: its session.
+pub fn agent_of(hook: &Value) -> String {
+    Hook::new(hook, "").agent_id()
+}
+
+fn event_of(hook: &Value) -> &str {
+    hook.get("hook_event_name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// One hook payload with accessors.
+struct Hook<'a> {
+    value: &'a Value,
+    event: &'a str,
+}
+
+impl<'a> Hook<'a> {
+    fn new(value: &'a Value, event: &'a str) -> Self {
+        Hook { value, event }
+    }
+
+    fn str(&self, key: &str) -> Option<&'a str> {
+        self.value.get(key).and_then(Value::as_str)
+    }
+
+    fn object(&self, key: &str) -> Option<Object> {
+        match self.value.get(key) {
+            Some(Value::Object(o)) => Some(o.clone()),
+            Some(Value::Null) | None => None,
+            Some(other) => Some(patchbay_signal::object! {"value" => other.clone()}),
+        }
+    }
+
+    fn tool(&self) -> &'a str {
+        self.str("tool_name").unwrap_or("tool")
+    }
+
+    fn model(&self) -> Option<&'a str> {
+        self.value.get("llm_request")?.get("model")?.as_str()
+    }
+
+    /// The agent: the session.
+    fn agent_id(&self) -> String {
+        self.str("session_id").unwrap_or("gemini-cli").to_owned()
+    }
+
+    /// The payload's own fields (the shared ones go to metadata).
+    fn rest(&self) -> Object {
+        self.value
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .filter(|(k, _)| !COMMON.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `default (detail)` with the payload's `key` when it has one.
+    fn reason(&self, default: &str, key: &str) -> String {
+        match self.str(key) {
+            Some(detail) if !detail.is_empty() => {
+                format!("{default} ({})", truncate(detail, 200))
+            }
+            _ => default.to_owned(),
+        }
+    }
+}

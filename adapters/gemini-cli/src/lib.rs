@@ -1,0 +1,105 @@
+//! The Gemini CLI adapter: the pure parts of Google's Gemini CLI (`@google/gemini-cli`
+//! 0.61) support (no I/O, no sockets, no child processes).
+//!
+//! Gemini CLI speaks two ways a program can read:
+//!
+//! - **command hooks**: for each event, Gemini CLI runs the hooks its `settings.json`
+//!   lists (`hooks.<Event>`, when `hooksConfig.enabled`), writes the event's JSON on
+//!   their stdin and reads a decision from their stdout. [`HookDecoder`] turns the
+//!   payloads into signals, [`gate`] writes the answer of a held `BeforeTool`, and
+//!   [`settings`] puts patchbay's hooks into a `.gemini/settings.json` text and takes them
+//!   out again;
+//! - **`gemini --output-format stream-json`**: one event per line on stdout (`init`,
+//!   `message`, `tool_use`, `tool_result`, `error`, `result`), read by
+//!   [`StreamJsonDecoder`].
+//!
+//! [`parse_decoder`] reads captures of either (`patchbay parse --protocol gemini`).
+//!
+//! # Hook payloads
+//!
+//! Every payload has `session_id` (the `agentId` of every signal), `transcript_path`,
+//! `cwd`, `hook_event_name` and `timestamp`: the timestamp is the signal's, the others go
+//! to `metadata` (`sessionId`, `transcriptPath`, `cwd`, `hookEvent`), not into payloads.
+//! The `correlationId` is the call's `callId` for tool events, else the prompt's task
+//! while one is in progress, else the session.
+//!
+//! | event                 | signals                                                                    |
+//! |-----------------------|----------------------------------------------------------------------------|
+//! | `SessionStart`        | `gemini_cli.session_start {source}`, `agent_state_change →idle`             |
+//! | `BeforeAgent`         | `task_dispatch {taskId: SESSION@TIMESTAMP, from: "user", to: session, description: prompt}`, `agent_state_change →thinking` |
+//! | `BeforeModel`         | `gemini_cli.before_model {model, config, messageCount}` (`→thinking` if the agent was not thinking: after a call a hook blocked, or a notification) |
+//! | `BeforeToolSelection` | `gemini_cli.before_tool_selection {model, config, messageCount, toolConfig?}` (the same) |
+//! | `AfterModel` (every streamed chunk) | `gemini_cli.after_model {model, text, finishReason?, usageMetadata?}`; `text_delta {content: text}` when the chunk has text; `token_usage {promptTokens: promptTokenCount, completionTokens: candidatesTokenCount, model}` for the chunk with a `finishReason` only (each chunk repeats the response's running usage) |
+//! | `BeforeTool`          | `tool_call {toolName: tool_name, callId, input: tool_input}`, `agent_state_change →acting` |
+//! | `AfterTool`           | `tool_result {toolName, callId, success: no tool_response.error, output: tool_response}`, `agent_state_change →thinking` |
+//! | `AfterAgent`          | `completion {taskId, success: true, result: prompt_response}`, `agent_state_change →idle` |
+//! | `PreCompress`         | `gemini_cli.pre_compress {trigger}` (it fires before every turn, compressing or not) |
+//! | `Notification`        | `gemini_cli.notification {notification_type, message, details}`, `agent_state_change →waiting` |
+//! | `SessionEnd`          | `gemini_cli.session_end {reason}`, `agent_state_change →done`               |
+//! | any other `E`         | `gemini_cli.<e in snake_case>` with its own fields                         |
+//!
+//! The hooks carry no id for a tool call: the `callId` of both hooks of a call is derived
+//! from the session, the tool and its input ([`call_id`]). Each session's last state is
+//! remembered so that `from` is right (idle when first seen). Long texts (prompts,
+//! answers, tool output strings) are cut to 4 KiB.
+//!
+//! # `--output-format stream-json`
+//!
+//! One run is one session: `init`'s `session_id` is the `agentId`, the `taskId` and the
+//! `correlationId` (a tool event's is its `tool_id`); each event's `timestamp` is the
+//! signal's. A state change to the state the agent is in already is not emitted.
+//!
+//! | event                              | signals                                                         |
+//! |------------------------------------|-----------------------------------------------------------------|
+//! | `init`                             | `gemini_cli.init {session_id, model}`, `agent_state_change idle→thinking` |
+//! | `message` role `user`              | `task_dispatch {taskId: session, from: "user", to: session, description: content}` |
+//! | `message` role `assistant`         | `text_delta {content}` (`delta` in metadata)                      |
+//! | `tool_use`                         | `tool_call {toolName: tool_name, callId: tool_id, input: parameters}`, `→acting` |
+//! | `tool_result`                      | `tool_result {toolName (from its tool_use), callId: tool_id, success: status "success", output: {status, output?, error?}}`, `→thinking` |
+//! | `error`                            | `error {message, severity: warning or error}`                    |
+//! | `result`                           | (`error` if `status` is not `success`), `token_usage {promptTokens: stats.input_tokens, completionTokens: stats.output_tokens}` (the rest of `stats` in metadata), `completion {taskId: session, success, result: the assistant's text after the last tool call}`, `→idle` (`→error` if it failed) |
+//! | other `T`                          | `gemini_cli.<t>` with the event's fields                         |
+//!
+//! A line that is not JSON, not an object, or an object with neither a string `type` nor
+//! a `hook_event_name` is a counted bad input (an `error` signal with `code: bad_frame`).
+//!
+//! # The gate
+//!
+//! A held `BeforeTool` is answered with [`hook_answer`] (exit status 0, JSON on stdout:
+//! `{"decision": "allow"}`, `{"decision": "deny", "reason"}`, for `cancel` also
+//! `"continue": false`, and `{}` for `ask`); the approval signals use the graph's shared
+//! vocabulary (`patchbay_graph::approvals`): [`gate::approval_requested`],
+//! [`gate::approval_decided`].
+
+pub mod decode;
+mod fields;
+pub mod gate;
+pub mod settings;
+pub mod stream;
+
+pub use decode::{HookDecoder, agent_of, call_id, event_type, task_id};
+pub use gate::hook_answer;
+pub use settings::SettingsError;
+pub use stream::{GeminiStream, StreamJsonDecoder};
+
+use patchbay_graph::Adapter;
+use patchbay_signal::decode::StreamDecoder;
+
+/// The Gemini CLI adapter: for now only the decoder of `patchbay parse --protocol gemini`
+/// (no component types, no wrapper, no probes).
+pub const ADAPTER: Adapter = Adapter {
+    name: "gemini_cli",
+    protocol: "gemini",
+    summary: "Google Gemini CLI (command hooks, --output-format stream-json)",
+    components: &[],
+    parse: Some(parse_decoder),
+    wrap: None,
+    probes: &[],
+};
+
+/// The decoder `patchbay parse --protocol gemini` drives: NDJSON whose lines are
+/// `gemini --output-format stream-json` events or hook payloads (a JSON object with
+/// `hook_event_name`, one per line), in any mix; see [`GeminiStream`].
+pub fn parse_decoder(source: &str) -> Box<dyn StreamDecoder> {
+    Box::new(GeminiStream::new(source))
+}
