@@ -375,9 +375,14 @@ async fn a_promptless_answer_goes_to_the_agent_that_waited_longest() {
     ui.send(prompt("first", "Run: echo hi > first.txt")).await;
     let newer = ui.until("first's approval", asked_by("first")).await;
 
+    // Each approval signal says how many wait in the graph (what a pad's LED shows).
+    let pending = |s: &Value| s["metadata"]["pendingApprovals"].as_u64();
+    assert_eq!((pending(&older), pending(&newer)), (Some(1), Some(2)));
+
     ui.send(json!({"type": "control.answer", "payload": {"value": "deny"}}))
         .await;
     let decided = ui.until("a decision", is("approval.decided")).await;
+    assert_eq!(pending(&decided), Some(1));
     assert_eq!(
         decided["source"], "codex:second",
         "the oldest is answered: {decided}"
@@ -393,6 +398,7 @@ async fn a_promptless_answer_goes_to_the_agent_that_waited_longest() {
     assert_eq!(decided["source"], "codex:first", "{decided}");
     assert_eq!(decided["payload"]["promptId"], newer["payload"]["promptId"]);
     assert_eq!(decided["payload"]["value"], "allow");
+    assert_eq!(pending(&decided), Some(0));
     let work = |name: &str| dir.join(format!("{name}-work"));
     ui.until("first's result", |s| {
         s["type"] == "tool_result" && s["source"] == "codex:first"

@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use patchbay_graph::approvals::{Approvals, Route};
 use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
@@ -340,9 +341,13 @@ impl Output for PalyraOutput {
 async fn run_output(config: Arc<PalyraConfig>, cx: OutputContext) -> Result<(), ComponentError> {
     let client = http_client(&config)?;
     let source = format!("palyra:{}", cx.name());
-    let commander = config
-        .client_context()
-        .map(|c| Arc::new(Mutex::new(AcpCommander::new(c))));
+    let commander = config.client_context().map(|c| {
+        Arc::new(Mutex::new(Answering {
+            commander: AcpCommander::new(c),
+            board: Arc::clone(cx.telemetry().approvals()),
+            component: cx.name().to_owned(),
+        }))
+    });
     let inbound = cx.inbound().cloned();
     let mut tasks = tokio::task::JoinSet::new();
 
@@ -375,6 +380,15 @@ async fn run_output(config: Arc<PalyraConfig>, cx: OutputContext) -> Result<(), 
     }
 
     while let Some(signal) = cx.next().await {
+        // A promptless answer decides the oldest approval of the graph: this component's,
+        // or another's (then it is not for Palyra).
+        let signal = match cx.telemetry().approvals().route(cx.name(), signal) {
+            Route::Handle(signal) => signal,
+            Route::Elsewhere => {
+                cx.delivered(1);
+                continue;
+            }
+        };
         let kind = signal.kind.as_str();
         if kind == "prompt" {
             let Some(text) = signal.payload.get("text").and_then(Value::as_str) else {
@@ -409,6 +423,7 @@ async fn run_output(config: Arc<PalyraConfig>, cx: OutputContext) -> Result<(), 
             let request = commander
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
+                .commander
                 .encode(&signal);
             let request = match request {
                 Ok(r) => r,
@@ -504,7 +519,7 @@ async fn realtime_loop(
     source: String,
     emit: SourceContext,
     output: Option<Arc<patchbay_graph::ComponentStats>>,
-    commander: Option<Arc<Mutex<AcpCommander>>>,
+    commander: Option<Arc<Mutex<Answering>>>,
 ) -> Result<(), ComponentError> {
     let mut link = Realtime {
         decoder: PalyraDecoder::new(source),
@@ -523,7 +538,7 @@ async fn realtime_loop(
 struct Realtime {
     config: Arc<PalyraConfig>,
     decoder: PalyraDecoder,
-    commander: Option<Arc<Mutex<AcpCommander>>>,
+    commander: Option<Arc<Mutex<Answering>>>,
 }
 
 impl Link for Realtime {
@@ -688,17 +703,25 @@ fn is_auth_error(frame: &Value) -> bool {
     .any(|w| code.contains(w))
 }
 
+/// What an output that answers Palyra's approvals keeps about the stream it reads: the
+/// ACP commander (the last run seen), and the graph's board of approvals with this
+/// component's name (its approvals are listed there, and promptless answers find them).
+struct Answering {
+    commander: AcpCommander,
+    board: Arc<Approvals>,
+    component: String,
+}
+
 async fn emit_all(
     emit: &SourceContext,
-    commander: Option<&Mutex<AcpCommander>>,
+    commander: Option<&Mutex<Answering>>,
     out: &mut Vec<Decoded>,
 ) -> Result<(), patchbay_graph::component::Closed> {
-    for decoded in out.drain(..) {
-        if let (Some(commander), Decoded::Signal(signal)) = (commander, &decoded) {
-            commander
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .observe(signal);
+    for mut decoded in out.drain(..) {
+        if let (Some(answering), Decoded::Signal(signal)) = (commander, &mut decoded) {
+            let mut answering = answering.lock().unwrap_or_else(|e| e.into_inner());
+            answering.commander.observe(signal);
+            answering.board.note_emitted(&answering.component, signal);
         }
         emit.emit_decoded(decoded).await?;
     }
@@ -711,7 +734,7 @@ async fn console_task(
     text: String,
     source: String,
     emit: SourceContext,
-    commander: Option<Arc<Mutex<AcpCommander>>>,
+    commander: Option<Arc<Mutex<Answering>>>,
 ) -> Result<(), ComponentError> {
     let decode = config.mode == Mode::Console;
     if let Err(message) = console_run(
@@ -742,7 +765,7 @@ async fn console_run(
     text: &str,
     source: &str,
     emit: &SourceContext,
-    commander: Option<&Mutex<AcpCommander>>,
+    commander: Option<&Mutex<Answering>>,
     decode: bool,
 ) -> Result<(), String> {
     let mut post = client

@@ -376,6 +376,18 @@ impl Approvals {
         }
     }
 
+    /// [`Approvals::note`] for a signal `component` is about to emit, which then says in
+    /// `metadata.pendingApprovals` how many approvals of the graph wait after it (what a
+    /// pad's LED shows). Signals other than `approval.*` are left as they are.
+    pub fn note_emitted(&self, component: &str, signal: &mut Signal) {
+        if signal.kind.starts_with("approval.") {
+            self.note(component, signal);
+            signal
+                .metadata_mut()
+                .insert("pendingApprovals".into(), self.count().into());
+        }
+    }
+
     /// What `component` does with a control signal: a `control.answer` without `promptId`
     /// decides the oldest approval any agent waits on ([`Approvals::target`]), so it is
     /// handled, naming it, by the component that holds it, and by no other; every other
@@ -401,6 +413,11 @@ impl Approvals {
             .payload
             .insert("promptId".into(), Value::String(prompt));
         Route::Handle(Arc::new(named))
+    }
+
+    /// How many approvals wait.
+    pub fn count(&self) -> usize {
+        self.lock().pending.len()
     }
 
     /// The approvals waiting, oldest first.

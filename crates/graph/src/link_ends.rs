@@ -93,7 +93,8 @@ impl<'a> LinkEnds<'a> {
     /// inbound side they are dropped. `Err` when the graph is gone. The approvals a
     /// two-way link emits (`approval.requested`, `approval.decided`) keep the graph's
     /// board in step, so that the status page lists them and a promptless answer finds
-    /// them.
+    /// them, and each says in `metadata.pendingApprovals` how many of the graph's agents'
+    /// approvals wait after it (what a pad's LED shows).
     pub async fn emit_all(&self, out: &mut Vec<Decoded>) -> Result<(), Closed> {
         let Some(cx) = self.signals_in else {
             out.clear();
@@ -101,11 +102,9 @@ impl<'a> LinkEnds<'a> {
         };
         if let Some(controls) = self.controls {
             let board = controls.telemetry().approvals();
-            for decoded in out.iter() {
-                if let Decoded::Signal(signal) = decoded
-                    && signal.kind.starts_with("approval.")
-                {
-                    board.note(controls.name(), signal);
+            for decoded in out.iter_mut() {
+                if let Decoded::Signal(signal) = decoded {
+                    board.note_emitted(controls.name(), signal);
                 }
             }
         }
