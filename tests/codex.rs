@@ -410,3 +410,81 @@ async fn a_promptless_answer_goes_to_the_agent_that_waited_longest() {
         "denied: it did not"
     );
 }
+
+/// `patchbay wrap --protocol codex -- codex exec --json …`: the run's output is passed
+/// through, and its events reach a running patchbay's UI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrapped_exec_run_is_published() {
+    let Some(codex) = codex_binary() else { return };
+    let dir = ScratchDir::new("codex-wrap");
+    let model = start_model().await;
+    // Only a sidecar: what is POSTed to it comes out of `ui.inbound`, back to its UIs.
+    let ui_port = free_port();
+    let config = dir.join("patchbay.toml");
+    std::fs::write(
+        &config,
+        format!("[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"ui.inbound\"]\nlisten = \"127.0.0.1:{ui_port}\"\n"),
+    )
+    .unwrap();
+    let _patchbay = Killed(
+        Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .arg("run")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("patchbay runs"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", ui_port)).is_err() {
+        assert!(Instant::now() < deadline, "patchbay did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut ui = Ui::connect(ui_port).await;
+    // The same CODEX_HOME and work folder a component would have.
+    codex_component("exec", &codex, &dir, model);
+    let (home, work) = (dir.join("exec-home"), dir.join("exec-work"));
+    let wrapped = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .args(["wrap", "--protocol", "codex", "--to"])
+            .arg(format!("http://127.0.0.1:{ui_port}"))
+            .arg("--")
+            .arg(&codex)
+            .args([
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "Run: echo hi > wrapped.txt",
+            ])
+            .current_dir(&work)
+            .env("HOME", &home)
+            .env("CODEX_HOME", home.join("codex"))
+            .env("FAKE_API_KEY", "dummy")
+            .stdin(Stdio::null())
+            .output()
+            .expect("patchbay wrap runs")
+    })
+    .await
+    .unwrap();
+    let printed = String::from_utf8_lossy(&wrapped.stdout);
+    assert!(
+        wrapped.status.success(),
+        "{printed}\n{}",
+        String::from_utf8_lossy(&wrapped.stderr)
+    );
+    assert!(
+        printed.contains("\"turn.completed\""),
+        "passed through: {printed}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("exec-work/wrapped.txt")).expect("the command ran"),
+        "hi\n"
+    );
+    ui.until("the token usage", is("token_usage")).await;
+    let kinds = ui.kinds();
+    for wanted in ["tool_call", "tool_result", "text_delta"] {
+        assert!(kinds.iter().any(|k| k == wanted), "no {wanted}: {kinds:?}");
+    }
+}

@@ -1,13 +1,14 @@
 //! `patchbay wrap --protocol codelia -- COMMAND…`: sits between a UI and its runtime,
 //! relays both byte streams untouched, and publishes what it decodes on the side.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::Read;
 use std::time::Duration;
 
 use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
-use patchbay_signal::{Signal, now_ms};
+use patchbay_signal::now_ms;
+use patchbay_transport::publish::{Publisher, exit_code};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::Command;
@@ -16,21 +17,7 @@ use tokio::sync::mpsc;
 use crate::decode::{CodeliaDecoder, id_key};
 use patchbay_signal::decode::FrameDecoder as _;
 
-/// Where `wrap` publishes by default: a sidecar on its default address.
-pub const DEFAULT_PUBLISH_URL: &str = "http://127.0.0.1:7878";
-
-/// Signals waiting for the publisher; past this the relay drops new ones (it never
-/// waits for the publisher).
-const QUEUE: usize = 4096;
-
-/// Signals kept while patchbay is unreachable; past this the oldest are dropped.
-const MAX_BUFFER: usize = 10_000;
-
-/// Signals per `POST /signal`.
-const MAX_BATCH: usize = 256;
-
-/// How long `wrap` tries to deliver what is left after the runtime exited.
-const FINAL_FLUSH: Duration = Duration::from_secs(3);
+pub use patchbay_transport::publish::DEFAULT_PUBLISH_URL;
 
 /// Watches a Codelia conversation from the side: runtime → UI lines are decoded into
 /// signals; UI → runtime lines keep the decoder's bookkeeping right (an answered
@@ -246,8 +233,8 @@ pub async fn wrap_io(
     let mut child_out = child.stdout.take().ok_or(WrapError::NoPipe("stdout"))?;
 
     let observer = std::sync::Arc::new(std::sync::Mutex::new(WrapObserver::new("codelia:wrap")));
-    let (publish_tx, publish_rx) = mpsc::channel::<Signal>(QUEUE);
-    let publisher = tokio::spawn(publish(to, publish_rx));
+    let publisher = Publisher::start(&to);
+    let publish_tx = publisher.sender();
 
     // UI → runtime.
     let ui_observer = std::sync::Arc::clone(&observer);
@@ -267,7 +254,6 @@ pub async fn wrap_io(
     let to_ui = tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];
         let mut out = Vec::new();
-        let mut dropped = 0u64;
         loop {
             let n = match child_out.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
@@ -279,21 +265,12 @@ pub async fn wrap_io(
             }
             lock(&rt_observer).runtime_bytes(&buf[..n], &mut out);
             for decoded in out.drain(..) {
-                let (Decoded::Signal(s) | Decoded::BadInput(s)) = decoded;
-                if relay_tx.try_send(s).is_err() {
-                    dropped += 1;
-                    if dropped == 1 {
-                        eprintln!(
-                            "patchbay wrap: the publish queue is full; signals are dropped (the relay goes on)"
-                        );
-                    }
-                }
+                relay_tx.send(decoded.into_signal());
             }
         }
         lock(&rt_observer).finish(&mut out);
         for decoded in out.drain(..) {
-            let (Decoded::Signal(s) | Decoded::BadInput(s)) = decoded;
-            let _ = relay_tx.try_send(s);
+            relay_tx.send(decoded.into_signal());
         }
     });
 
@@ -302,8 +279,7 @@ pub async fn wrap_io(
     // hold its stdout open).
     let _ = tokio::time::timeout(Duration::from_secs(2), to_ui).await;
     to_runtime.abort();
-    drop(publish_tx);
-    let _ = tokio::time::timeout(FINAL_FLUSH + Duration::from_secs(1), publisher).await;
+    publisher.finish().await;
     Ok(exit_code(status))
 }
 
@@ -311,166 +287,11 @@ fn lock(observer: &std::sync::Mutex<WrapObserver>) -> std::sync::MutexGuard<'_, 
     observer.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn exit_code(status: std::process::ExitStatus) -> i32 {
-    if let Some(code) = status.code() {
-        return code;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(signal) = status.signal() {
-            return 128 + signal;
-        }
-    }
-    1
-}
-
-/// The publisher: batches signals into `POST {to}/signal`; while patchbay cannot be
-/// reached it keeps at most [`MAX_BUFFER`] signals (dropping the oldest) and retries
-/// with a growing delay, warning once per outage on standard error.
-async fn publish(to: String, mut rx: mpsc::Receiver<Signal>) {
-    let url = format!("{}/signal", to.trim_end_matches('/'));
-    let client = patchbay_transport::client_builder()
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new());
-    let mut buffer: VecDeque<Signal> = VecDeque::new();
-    let mut dropped = 0u64;
-    let mut failing = false;
-    let mut delay = Duration::from_millis(250);
-    let mut open = true;
-    let mut final_deadline: Option<tokio::time::Instant> = None;
-    loop {
-        if buffer.is_empty() {
-            if !open {
-                return;
-            }
-            match rx.recv().await {
-                Some(s) => buffer.push_back(s),
-                None => return,
-            }
-        }
-        while buffer.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(s) => push_bounded(&mut buffer, s, &mut dropped),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    open = false;
-                    break;
-                }
-            }
-        }
-        let n = buffer.len().min(MAX_BATCH);
-        let body = batch_body(buffer.iter().take(n));
-        let sent = client
-            .post(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await;
-        match sent {
-            Ok(response) if response.status().is_success() => {
-                buffer.drain(..n);
-                if failing {
-                    failing = false;
-                    eprintln!(
-                        "patchbay wrap: publishing to {url} again{}",
-                        if dropped > 0 {
-                            format!(" ({dropped} signals were dropped meanwhile)")
-                        } else {
-                            String::new()
-                        }
-                    );
-                    dropped = 0;
-                }
-                delay = Duration::from_millis(250);
-                continue;
-            }
-            Ok(response) if response.status().is_client_error() => {
-                // patchbay refused the batch itself: sending it again would not help.
-                eprintln!(
-                    "patchbay wrap: {url} refused {n} signals ({})",
-                    response.status()
-                );
-                buffer.drain(..n);
-                continue;
-            }
-            Ok(response) => {
-                if !failing {
-                    eprintln!(
-                        "patchbay wrap: {url} answered {}; relaying goes on, signals are kept (at most {MAX_BUFFER}) and sent again",
-                        response.status()
-                    );
-                }
-            }
-            Err(e) => {
-                if !failing {
-                    eprintln!(
-                        "patchbay wrap: cannot publish to {url} ({e}); relaying goes on, signals are kept (at most {MAX_BUFFER}) and sent again"
-                    );
-                }
-            }
-        }
-        failing = true;
-        if !open {
-            // The runtime has exited: try a little longer, then give up.
-            let deadline =
-                *final_deadline.get_or_insert_with(|| tokio::time::Instant::now() + FINAL_FLUSH);
-            if tokio::time::Instant::now() >= deadline {
-                eprintln!(
-                    "patchbay wrap: {} signals could not be published",
-                    buffer.len() as u64 + dropped
-                );
-                return;
-            }
-            tokio::time::sleep(delay.min(Duration::from_millis(500))).await;
-            continue;
-        }
-        // Wait before retrying, still taking new signals so the relay never waits.
-        let wake = tokio::time::Instant::now() + delay;
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep_until(wake) => break,
-                s = rx.recv() => match s {
-                    Some(s) => push_bounded(&mut buffer, s, &mut dropped),
-                    None => {
-                        open = false;
-                        break;
-                    }
-                },
-            }
-        }
-        delay = (delay * 2).min(Duration::from_secs(5));
-    }
-}
-
-fn push_bounded(buffer: &mut VecDeque<Signal>, signal: Signal, dropped: &mut u64) {
-    if buffer.len() >= MAX_BUFFER {
-        buffer.pop_front();
-        *dropped += 1;
-    }
-    buffer.push_back(signal);
-}
-
-/// A JSON array of envelopes.
-fn batch_body<'a>(signals: impl Iterator<Item = &'a Signal>) -> String {
-    let mut body = String::from("[");
-    for (i, s) in signals.enumerate() {
-        if i > 0 {
-            body.push(',');
-        }
-        body.push_str(&s.to_json());
-    }
-    body.push(']');
-    body
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn signals(out: Vec<Decoded>) -> Vec<Signal> {
+    fn signals(out: Vec<Decoded>) -> Vec<patchbay_signal::Signal> {
         out.into_iter()
             .map(|d| match d {
                 Decoded::Signal(s) | Decoded::BadInput(s) => s,
@@ -521,29 +342,5 @@ mod tests {
         o.finish(&mut out);
         assert!(out[0].is_bad());
         assert_eq!(signals(out)[1].kind, "agent_state_change");
-    }
-
-    #[test]
-    fn batches_are_json_arrays() {
-        let a = Signal::new("x", "s", Default::default());
-        let body = batch_body([a.clone(), a].iter());
-        let v: Value = serde_json::from_str(&body).expect("json");
-        assert_eq!(v.as_array().map(Vec::len), Some(2));
-        assert_eq!(batch_body(std::iter::empty()), "[]");
-    }
-
-    #[test]
-    fn the_buffer_is_bounded() {
-        let mut b = VecDeque::new();
-        let mut dropped = 0;
-        for _ in 0..MAX_BUFFER + 5 {
-            push_bounded(
-                &mut b,
-                Signal::new("x", "s", Default::default()),
-                &mut dropped,
-            );
-        }
-        assert_eq!(b.len(), MAX_BUFFER);
-        assert_eq!(dropped, 5);
     }
 }

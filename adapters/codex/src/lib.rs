@@ -77,18 +77,21 @@
 
 mod decode;
 mod transport;
+mod wrap;
 
 pub use decode::{CodexDecoder, CodexStream, PROGRAM, PendingApproval};
 pub use transport::{AppServer, CodexConfig};
+pub use wrap::{WrapError, wrap};
 
-use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_graph::{Adapter, BoxFuture, ComponentType, Role, WrapRequest, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
 /// `type = "codex"`: as an output patchbay starts `codex app-server` and drives it
 /// (`prompt {text}` → `turn/start`, `control.interrupt` / `control.cancel` →
 /// `turn/interrupt`, `control.answer` → the pending approval; its events out of
 /// `NAME.inbound`); as a source it only listens. Also the decoder of `patchbay parse
-/// --protocol codex`.
+/// --protocol codex`, and the wrapper of `patchbay wrap --protocol codex -- codex exec
+/// --json …`, which publishes a run to a running patchbay.
 pub const ADAPTER: Adapter = Adapter {
     name: "codex",
     protocol: "codex",
@@ -103,9 +106,16 @@ pub const ADAPTER: Adapter = Adapter {
         options: options_of::<CodexConfig>,
     }],
     parse: Some(parse_decoder),
-    wrap: None,
+    wrap: Some(wrap_request),
     probes: &[],
 };
+
+/// `patchbay wrap --protocol codex`: [`wrap`] on the request (it has no `--name`).
+fn wrap_request(
+    request: WrapRequest,
+) -> BoxFuture<Result<i32, patchbay_graph::descriptor::WrapError>> {
+    Box::pin(async move { wrap(request.command, request.to).await.map_err(Into::into) })
+}
 
 /// The decoder `patchbay parse --protocol codex` drives: NDJSON, each line a recorded
 /// transcript line (`{"dir", "t", "msg"}`: `server->client` decoded, `client->server`

@@ -23,6 +23,8 @@
 //!   and `Origin` checked on every request ([`listen::serve`]).
 //! - [`RedactedUrl`]: a URL as it may be logged (password and token-like query values
 //!   replaced by `***`); header values are never shown.
+//! - [`publish`]: signals from a program that is not patchbay (`patchbay wrap`) to a
+//!   running patchbay's `POST /signal`, never waiting, bounded while it is unreachable.
 //! - [`child`]: the programs a component starts and talks to over stdio (`command`, `cwd`,
 //!   `env`; started with their log lines in patchbay's log, ended with a grace period).
 
@@ -33,6 +35,7 @@ mod headers;
 mod http;
 pub mod listen;
 mod options;
+pub mod publish;
 mod redact;
 pub mod tls;
 mod ws;
