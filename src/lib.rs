@@ -138,7 +138,8 @@ enum Command {
         #[arg(required = true, last = true)]
         command: Vec<String>,
     },
-    /// Claude Code's hooks: install, uninstall, status (and `emit`, what they run).
+    /// Agents' hooks (Claude Code; Gemini CLI with `--agent gemini`): install, uninstall,
+    /// status (and `emit`, what they run).
     #[cfg(feature = "claude-code")]
     Hooks {
         #[command(subcommand)]

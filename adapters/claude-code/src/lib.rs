@@ -10,7 +10,8 @@
 //! - [`gate`]: which calls are held and the answers Claude Code honours.
 //! - [`settings`]: patchbay's hooks in Claude Code's settings files (`patchbay hooks`).
 //! - The transport, `type = "claude_code"` ([`ClaudeCodeConfig`]): the endpoint the
-//!   hooks post to, `http://LISTEN/hook`. Under `[sources.NAME]` it only listens; under
+//!   hooks post to, `http://LISTEN/hook` (the endpoint itself is every hook agent's,
+//!   `patchbay_hooks`; this crate gives it Claude Code's decoder and answers). Under `[sources.NAME]` it only listens; under
 //!   `[outputs.NAME]` its `inputs` bring `control.answer` signals for the gate (other
 //!   signals are let through unused) and its signals come out of `NAME.inbound`.
 //! - [`probe`]: `local:claude-code` for `patchbay discover`.
@@ -61,7 +62,6 @@
 
 #![warn(missing_docs)]
 
-pub mod client;
 mod decode;
 pub mod gate;
 pub mod probe;
@@ -70,7 +70,10 @@ pub mod transcript;
 mod transport;
 
 pub use decode::{HookDecoder, agent_of, event_type};
-pub use transport::{ClaudeCodeConfig, DEFAULT_LISTEN, Settings};
+pub use patchbay_hooks::Settings;
+/// The client side of the hook endpoint (shared by every agent's hooks).
+pub use patchbay_hooks::client;
+pub use transport::{ClaudeCodeConfig, DEFAULT_LISTEN};
 
 use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, StreamDecoder, line_too_long};

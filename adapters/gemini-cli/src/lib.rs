@@ -1,5 +1,6 @@
-//! The Gemini CLI adapter: the pure parts of Google's Gemini CLI (`@google/gemini-cli`
-//! 0.61) support (no I/O, no sockets, no child processes).
+//! The Gemini CLI adapter: Google's Gemini CLI (`@google/gemini-cli` 0.61) through its
+//! hooks, with a tool-call gate. Everything but the transport is pure (no I/O, no sockets,
+//! no child processes).
 //!
 //! Gemini CLI speaks two ways a program can read:
 //!
@@ -14,6 +15,14 @@
 //!   [`StreamJsonDecoder`].
 //!
 //! [`parse_decoder`] reads captures of either (`patchbay parse --protocol gemini`).
+//!
+//! The transport, `type = "gemini_cli"` ([`GeminiCliConfig`]), is the endpoint the hooks
+//! post to, `http://LISTEN/hook` (default `127.0.0.1:7880`; the endpoint is every hook
+//! agent's, `patchbay_hooks`): each hook runs `patchbay hooks emit --agent gemini --url
+//! URL`, which posts the event's JSON and prints the answer (`patchbay hooks install
+//! --agent gemini` writes them). Under `[sources.NAME]` it only listens; under
+//! `[outputs.NAME]` its `inputs` bring `control.answer` signals for the gate (other
+//! signals are let through unused) and its signals come out of `NAME.inbound`.
 //!
 //! # Hook payloads
 //!
@@ -65,6 +74,15 @@
 //!
 //! # The gate
 //!
+//! With `gate = { tools = ["run_shell_command"], timeout_ms = 30000, default = "deny" }`
+//! a `BeforeTool` of a held tool waits: `agent_state_change → waiting` and
+//! `approval.requested {promptId: callId, agentId, toolName, input, choices}` go out, and
+//! the approval is on the graph's board; a `control.answer {promptId, value}` (`allow`,
+//! `deny`, `cancel`, `ask`; without `promptId`: the oldest approval of the graph, when it
+//! is this component's) decides it, else the `default` after `timeout_ms`. Then
+//! `approval.decided {promptId, value, by}` and the state change; every other event is
+//! answered `{}` at once.
+//!
 //! A held `BeforeTool` is answered with [`hook_answer`] (exit status 0, JSON on stdout:
 //! `{"decision": "allow"}`, `{"decision": "deny", "reason"}`, for `cancel` also
 //! `"continue": false`, and `{}` for `ask`); the approval signals use the graph's shared
@@ -76,22 +94,33 @@ mod fields;
 pub mod gate;
 pub mod settings;
 pub mod stream;
+mod transport;
 
 pub use decode::{HookDecoder, agent_of, call_id, event_type, task_id};
 pub use gate::hook_answer;
 pub use settings::SettingsError;
 pub use stream::{GeminiStream, StreamJsonDecoder};
+pub use transport::{DEFAULT_LISTEN, GeminiCliConfig};
 
-use patchbay_graph::Adapter;
+use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
-/// The Gemini CLI adapter: for now only the decoder of `patchbay parse --protocol gemini`
-/// (no component types, no wrapper, no probes).
+/// `type = "gemini_cli"`: the hook endpoint (a source that listens, or an output that
+/// also takes `control.answer` for the gate), and the decoder of `patchbay parse
+/// --protocol gemini` (no wrapper, no probes).
 pub const ADAPTER: Adapter = Adapter {
     name: "gemini_cli",
     protocol: "gemini",
     summary: "Google Gemini CLI (command hooks, --output-format stream-json)",
-    components: &[],
+    components: &[ComponentType {
+        name: "gemini_cli",
+        summary: "Gemini CLI's hook endpoint: every hook event in, control.answer for the gate",
+        role: Role::Link {
+            source: transport::build_source,
+            output: transport::build_output,
+        },
+        options: options_of::<GeminiCliConfig>,
+    }],
     parse: Some(parse_decoder),
     wrap: None,
     probes: &[],

@@ -58,7 +58,9 @@ fn states(out: &[Signal]) -> Vec<(String, String)> {
 fn the_descriptor() {
     assert_eq!(ADAPTER.name, "gemini_cli");
     assert_eq!(ADAPTER.protocol, "gemini");
-    assert!(ADAPTER.components.is_empty() && ADAPTER.probes.is_empty());
+    let names: Vec<&str> = ADAPTER.components.iter().map(|c| c.name).collect();
+    assert_eq!(names, ["gemini_cli"]);
+    assert!(ADAPTER.probes.is_empty());
     assert!(ADAPTER.parse.is_some() && ADAPTER.wrap.is_none());
 }
 

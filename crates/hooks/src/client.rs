@@ -1,9 +1,9 @@
 //! The client side of the hook endpoint: what `patchbay hooks emit` posts and what
-//! `patchbay hooks status` asks.
+//! `patchbay hooks status` asks (the same for every agent).
 
 use std::time::Duration;
 
-/// The path Claude Code posts hook payloads to.
+/// The path the hooks post their payloads to (`http://LISTEN/hook`).
 pub const HOOK_PATH: &str = "/hook";
 /// The path that answers `200 ok` while the component runs.
 pub const HEALTH_PATH: &str = "/health";
@@ -24,10 +24,10 @@ pub enum ClientError {
     },
 }
 
-fn client(timeout: Duration) -> Result<reqwest::Client, ClientError> {
+fn client(connect: Duration, total: Duration) -> Result<reqwest::Client, ClientError> {
     patchbay_transport::client_builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
+        .timeout(total)
+        .connect_timeout(connect)
         .no_proxy()
         .build()
         .map_err(|e| ClientError::Http(e.to_string()))
@@ -41,7 +41,19 @@ pub async fn post_hook(
     token: Option<&str>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
-    let mut request = client(timeout)?
+    post_hook_within(url, body, token, timeout, timeout).await
+}
+
+/// Like [`post_hook`], with a connect timeout of its own: a stopped endpoint is given up
+/// on after `connect`, a held call waited for up to `total`.
+pub async fn post_hook_within(
+    url: &str,
+    body: Vec<u8>,
+    token: Option<&str>,
+    connect: Duration,
+    total: Duration,
+) -> Result<String, ClientError> {
+    let mut request = client(connect, total)?
         .post(url)
         .header("content-type", "application/json")
         .body(body);
@@ -72,7 +84,7 @@ pub async fn ping(hook_url: &str, timeout: Duration) -> Result<(), ClientError> 
         Some(base) => format!("{base}{HEALTH_PATH}"),
         None => format!("{}{HEALTH_PATH}", hook_url.trim_end_matches('/')),
     };
-    let response = client(timeout)?
+    let response = client(timeout, timeout)?
         .get(&health)
         .send()
         .await

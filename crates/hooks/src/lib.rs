@@ -1,0 +1,104 @@
+//! The endpoint agents' hooks post to, the same for every agent that reports through hooks
+//! (Claude Code, Gemini CLI): an HTTP listener (`POST /hook`, `GET /health`) through
+//! `patchbay_transport::listen`, the bearer token, the hand-over of the decoded signals
+//! to the graph, and the tool-call gate (calls held until a `control.answer` names them
+//! or the gate's timeout gives its default; `approval.requested` / `approval.decided` and
+//! the agent's state changes around each; held calls released with the default when the
+//! component stops).
+//!
+//! What differs between agents is one trait, [`HookAgent`]: how a payload becomes
+//! signals, whether it is a call the gate may hold (and its prompt id, tool and input),
+//! the signals of a held call in the agent's envelope, and the body that answers a
+//! verdict. An adapter implements it, parses its own options struct into
+//! [`EndpointOptions`], checks them into [`Settings`] and runs [`serve`].
+//!
+//! [`client`] is the other side: what `patchbay hooks emit` posts and `patchbay hooks
+//! status` asks.
+
+#![warn(missing_docs)]
+
+pub mod client;
+mod endpoint;
+mod options;
+
+pub use client::{HEALTH_PATH, HOOK_PATH};
+pub use endpoint::serve;
+pub use options::{EndpointOptions, Settings, defaults};
+
+use patchbay_graph::approvals::{GateConfig, Verdict};
+use patchbay_signal::Signal;
+use patchbay_signal::normalize::Decoded;
+use patchbay_signal::well_known::AgentState;
+use serde_json::Value;
+
+/// A call the gate may hold, as the agent's payload describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// The `promptId` of its approval (what a `control.answer` names).
+    pub prompt_id: String,
+    /// The tool (what `gate.tools` is matched against).
+    pub tool: String,
+    /// The tool's input.
+    pub input: Value,
+}
+
+/// What one agent's hooks need of the endpoint: everything protocol-specific. The
+/// endpoint keeps one value behind a lock and calls it for each request, in order.
+pub trait HookAgent: Send + 'static {
+    /// The component type (`claude_code`), the prefix of the endpoint's messages.
+    fn name(&self) -> &'static str;
+
+    /// Decodes one hook payload (JSON) into signals; one that is not a hook payload gives
+    /// a bad-input signal (then the request is refused with 400).
+    fn decode(&mut self, hook: &Value, out: &mut Vec<Decoded>);
+
+    /// Decodes a body that is not JSON: a bad-input signal.
+    fn decode_bytes(&mut self, body: &[u8], out: &mut Vec<Decoded>);
+
+    /// The call this payload asks to run, when it is an event the gate may hold (whether
+    /// the tool is held is the gate's to say); `None` for every other event.
+    fn call(&mut self, hook: &Value) -> Option<Call>;
+
+    /// The answer to a held call that needs no approval of its own (a call decided
+    /// already at another of its hooks), instead of holding it again.
+    fn decided_before(&mut self, _hook: &Value, _call: &Call) -> Option<Value> {
+        None
+    }
+
+    /// An `agent_state_change` of the payload's agent to `to`.
+    fn state_change(&mut self, hook: &Value, to: AgentState, reason: String) -> Signal;
+
+    /// The `approval.requested` of a held call (`patchbay_graph::approvals`' vocabulary,
+    /// the gate's `timeoutMs` and `default` in metadata).
+    fn requested(&mut self, hook: &Value, call: &Call, gate: &GateConfig) -> Signal;
+
+    /// A verdict in the agent's terms (what it can do with it: `always` may be an
+    /// `allow`, `cancel` a `deny`).
+    fn verdict(&self, verdict: Verdict) -> Verdict {
+        verdict
+    }
+
+    /// The `approval.decided` of a held call: `verdict` (already in the agent's terms)
+    /// by `by`, with `reason`.
+    fn decided(
+        &mut self,
+        hook: &Value,
+        call: &Call,
+        verdict: Verdict,
+        by: &str,
+        reason: &str,
+    ) -> Signal;
+
+    /// The state the agent is in once the call has its verdict.
+    fn state_after(&self, verdict: Verdict) -> AgentState;
+
+    /// The body that gives the agent `verdict` for a held call (and what the agent
+    /// remembers of it).
+    fn answer(&mut self, hook: &Value, call: &Call, verdict: Verdict, reason: &str) -> Value;
+
+    /// Signals an event brings once its own are out (Claude Code's `Stop`: the token usage
+    /// its transcript gained), sent before the answer.
+    fn after(&mut self, _hook: &Value) -> Vec<Decoded> {
+        Vec::new()
+    }
+}
