@@ -387,7 +387,7 @@ fn the_default_pipeline_compiles_to_the_graph_it_always_had() {
     let graph = compile(&[("<default pipeline>", patchbay::DEFAULT_PIPELINE)]).unwrap();
     // Claude Code's hook endpoint joined later (`claude`, feeding both outputs); the
     // discovery sources come from the probes of every adapter, `claude-code` included.
-    let feeds = "ui.inbound, stdin, claude.inbound, local:ollama, local:lmstudio, local:openclaw, local:claude-code, local:midi";
+    let feeds = "ui.inbound, stdin, claude.inbound, local:ollama, local:lmstudio, local:openclaw, local:claude-code, local:opencode, local:midi";
     assert_eq!(
         shape(&graph),
         [
@@ -396,6 +396,7 @@ fn the_default_pipeline_compiles_to_the_graph_it_always_had() {
             "local:lmstudio (discovery) @<default pipeline>:26:2 <- ".to_owned(),
             "local:openclaw (discovery) @<default pipeline>:26:2 <- ".to_owned(),
             "local:claude-code (discovery) @<default pipeline>:26:2 <- ".to_owned(),
+            "local:opencode (discovery) @<default pipeline>:26:2 <- ".to_owned(),
             "local:midi (discovery) @<default pipeline>:26:2 <- ".to_owned(),
             "ui.inbound (inbound) @<default pipeline>:5:10 <- ".to_owned(),
             "claude.inbound (inbound) @<default pipeline>:18:10 <- ".to_owned(),
@@ -410,12 +411,12 @@ fn the_default_pipeline_compiles_to_the_graph_it_always_had() {
 fn a_discovery_source_written_by_hand_is_what_discovery_declares() {
     let expanded = "[sources.s]\ntype = \"stdin\"\n[outputs.o]\ntype = \"stdout\"\ninputs = [\"s\"]\n[discovery]\nenabled = true\ninterval_ms = 100\nconnect = [\"o\"]\n";
     let mut written = String::from("[sources.s]\ntype = \"stdin\"\n");
-    for service in ["ollama", "lmstudio", "openclaw", "claude-code", "midi"] {
+    for service in ["ollama", "lmstudio", "openclaw", "claude-code", "opencode", "midi"] {
         written += &format!(
             "[sources.\"local:{service}\"]\ntype = \"discovery\"\nservice = \"{service}\"\ninterval_ms = 100\n"
         );
     }
-    written += "[outputs.o]\ntype = \"stdout\"\ninputs = [\"s\", \"local:ollama\", \"local:lmstudio\", \"local:openclaw\", \"local:claude-code\", \"local:midi\"]\n";
+    written += "[outputs.o]\ntype = \"stdout\"\ninputs = [\"s\", \"local:ollama\", \"local:lmstudio\", \"local:openclaw\", \"local:claude-code\", \"local:opencode\", \"local:midi\"]\n";
     let without_locations = |graph: &Graph| -> Vec<String> {
         shape(graph)
             .into_iter()
@@ -454,7 +455,7 @@ fn discovery_refuses_an_unknown_service_and_a_second_table_with_their_places() {
             "[sources.x]\ntype = \"discovery\"\nservice = \"olama\"\n",
         )]),
         [
-            "p.toml:3:11: x: unknown service `olama` (did you mean `ollama`?); known: ollama, lmstudio, openclaw, claude-code, midi"
+            "p.toml:3:11: x: unknown service `olama` (did you mean `ollama`?); known: ollama, lmstudio, openclaw, claude-code, opencode, midi"
         ]
     );
     assert_eq!(
@@ -496,7 +497,7 @@ fn graph_draws_the_discovered_sources() {
             .expect("patchbay runs");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{format}: {text}");
-        for service in ["ollama", "lmstudio", "openclaw", "claude-code", "midi"] {
+        for service in ["ollama", "lmstudio", "openclaw", "claude-code", "opencode", "midi"] {
             assert!(
                 text.contains(&format!("local:{service}")),
                 "{format}: {text}"

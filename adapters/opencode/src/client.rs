@@ -99,6 +99,16 @@ pub fn messages(session: &str) -> Request {
     }
 }
 
+/// `GET /permission`: the permissions waiting for an answer (each as the properties of
+/// its `permission.asked`).
+pub fn permissions() -> Request {
+    Request {
+        method: Method::Get,
+        path: "/permission".into(),
+        body: None,
+    }
+}
+
 /// OpenCode's word for a verdict: `allow` → `once`, `always` → `always`, `deny` and
 /// `cancel` → `reject`; `None` for `ask` (left to OpenCode's own UI: nothing is sent).
 pub fn reply_word(verdict: Verdict) -> Option<&'static str> {
@@ -118,6 +128,23 @@ pub fn reply(permission_id: &str, verdict: Verdict) -> Option<Request> {
         format!("/permission/{}/reply", encode_component(permission_id)),
         json!({ "reply": word }),
     ))
+}
+
+/// The reply a transport sends for a decision, where [`reply`] sends the bare word:
+/// `deny` rejects with `message` (OpenCode hands it to the model as the user's feedback
+/// and the turn goes on without the call), `cancel` rejects without one (OpenCode stops
+/// the turn, unless its `experimental.continue_loop_on_deny` is set); `allow` → `once`,
+/// `always` → `always`; `None` for `ask`. OpenCode rejects the session's other pending
+/// permissions along with a rejected one.
+pub fn answer(permission_id: &str, verdict: Verdict, message: &str) -> Option<Request> {
+    let mut request = reply(permission_id, verdict)?;
+    if verdict == Verdict::Deny
+        && !message.is_empty()
+        && let Some(Value::Object(body)) = request.body.as_mut()
+    {
+        body.insert("message".into(), Value::from(message));
+    }
+    Some(request)
 }
 
 /// Why a signal cannot become a request to OpenCode.

@@ -16,8 +16,8 @@ use serde_json::Value;
 /// Which program asks, on the approvals board.
 pub const PROGRAM: &str = "opencode";
 
-/// `approval.decided`'s `by`: the decision came through OpenCode (its `permission.replied`
-/// says what was answered, not who answered).
+/// `approval.decided`'s `by` when patchbay did not send the answer: the decision came
+/// through OpenCode (its `permission.replied` says what was answered, not who answered).
 const BY: &str = "opencode";
 
 /// The words `POST /permission/{id}/reply` accepts, as `approval.requested`'s `choices`.
@@ -138,6 +138,9 @@ pub struct EventDecoder {
     /// Message id → role (`user`, `assistant`).
     roles: VecDeque<(String, String)>,
     pending: BTreeMap<String, PendingPermission>,
+    /// Who answered a permission through patchbay (its id, the answer's source), until
+    /// OpenCode says it was answered: `approval.decided`'s `by`.
+    answered_by: VecDeque<(String, String)>,
     last_timestamp: i64,
 }
 
@@ -152,6 +155,7 @@ impl EventDecoder {
             parts: VecDeque::new(),
             roles: VecDeque::new(),
             pending: BTreeMap::new(),
+            answered_by: VecDeque::new(),
             last_timestamp: 0,
         }
     }
@@ -185,6 +189,17 @@ impl EventDecoder {
     /// Removes the pending permission `id` (to answer it).
     pub fn take_pending(&mut self, id: &str) -> Option<PendingPermission> {
         self.pending.remove(id)
+    }
+
+    /// Notes that permission `id` is being answered by `by` (a `control.answer`'s source,
+    /// or `timeout`): the `approval.decided` of its `permission.replied` names it as `by`
+    /// instead of `opencode` (which says only that OpenCode was answered, not by whom).
+    pub fn answered(&mut self, id: &str, by: &str) {
+        self.answered_by.retain(|(known, _)| known != id);
+        if self.answered_by.len() >= MAX_PENDING {
+            self.answered_by.pop_front();
+        }
+        self.answered_by.push_back((id.to_owned(), by.to_owned()));
     }
 
     /// Decodes the text of one SSE `data:` field: JSON, else a counted bad input.
@@ -681,6 +696,11 @@ impl EventDecoder {
         else {
             return false;
         };
+        if self.pending.contains_key(&id) {
+            // Asked already (a transport that listed the waiting permissions, then saw
+            // the event): nothing new.
+            return false;
+        }
         let tool = props.get("tool").and_then(Value::as_object);
         let message_id = tool.and_then(|t| str_of(t, "messageID"));
         let call_id = tool.and_then(|t| str_of(t, "callID"));
@@ -762,10 +782,15 @@ impl EventDecoder {
         if let Some(message) = pending.as_ref().and_then(|p| p.message_id.clone()) {
             ctx.message = Some(message);
         }
+        let by = match self.answered_by.iter().position(|(known, _)| *known == id) {
+            Some(at) => self.answered_by.remove(at).map(|(_, by)| by),
+            None => None,
+        };
+        let by = by.as_deref().unwrap_or(BY);
         let verdict = Verdict::parse(&Value::from(reply.as_str()));
         let payload = match verdict {
-            Some(verdict) => approvals::decided_payload(&id, verdict, BY),
-            None => object! { "promptId" => id.as_str(), "value" => reply.as_str(), "by" => BY },
+            Some(verdict) => approvals::decided_payload(&id, verdict, by),
+            None => object! { "promptId" => id.as_str(), "value" => reply.as_str(), "by" => by },
         };
         let signal = Signal::new(approvals::DECIDED, &self.source, payload)
             .with_meta("reply", reply.as_str());

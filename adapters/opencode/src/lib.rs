@@ -1,5 +1,8 @@
-//! The OpenCode adapter: the pure parts (no sockets, no HTTP client) of a client of
-//! `opencode serve`, OpenCode's HTTP server.
+//! The OpenCode adapter: a client of `opencode serve`, OpenCode's HTTP server. `type =
+//! "opencode"` ([`OpenCodeConfig`]) reads its event stream and, as an output, sends it
+//! prompts, aborts and the answers to its permissions; the probe `local:opencode` finds
+//! it on `127.0.0.1:4096`. The decoding and the requests are pure (no sockets, no HTTP
+//! client) and tested on captures; the transport (`transport`) only connects.
 //!
 //! A client subscribes to `GET /event?directory=…` (raw server-sent events, each `data:`
 //! one JSON event `{id, type, properties}`), creates a session (`POST /session {title}`),
@@ -62,31 +65,60 @@
 //! The session is the payload's `sessionId` (or `agentId`), else the transport's current
 //! one. Path segments are percent-encoded; [`Request::target`] adds the `directory`
 //! query.
+//!
+//! # The component
+//!
+//! `type = "opencode"` ([`OpenCodeConfig`]) connects through the transport layer: `GET
+//! /event` is its connection (health `ok` while it is open, `recovering` while the server
+//! is away), decoded as above. On each connection it lists the permissions waiting
+//! (`GET /permission`, [`permissions`]): one never seen is reported as if asked now, one
+//! seen but gone is `approval.decided {value: "cancel", by: "opencode"}`. As an output it
+//! sends the controls: prompts and aborts one at a time in order (the session created
+//! with [`create_session`] at the first prompt when none is configured), answers at once
+//! with [`answer`] (a `deny` tells the model why, so that the turn goes on; `cancel`
+//! stops it), each call in a task of its own. A call OpenCode refuses is a refused
+//! control with the status and OpenCode's reason. The gate holds the permissions of the
+//! tools it names until an answer or its timeout (then its `default`); the decision's
+//! `by` is the answer's source (or `timeout`) when patchbay sent it.
 
 pub mod client;
 mod decode;
+pub mod probe;
+mod transport;
 
 pub use client::{
-    EncodeError, Method, PROMPT, Request, abort, create_session, encode_control, events, messages,
-    prompt, reply, reply_word,
+    EncodeError, Method, PROMPT, Request, abort, answer, create_session, encode_control, events,
+    messages, permissions, prompt, reply, reply_word,
 };
 pub use decode::{
     CHOICES, EventDecoder, EventStream, INTERNAL_EVENTS, PROGRAM, PendingPermission, id_time,
 };
+pub use transport::{DEFAULT_URL, OpenCodeConfig, OpenCodeDefaults};
 
-use patchbay_graph::Adapter;
+use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
-/// The OpenCode adapter: for now only the decoder of `patchbay parse --protocol opencode`
-/// (no component types, no wrapper).
+/// `type = "opencode"`: as an output a client of `opencode serve` that sends prompts,
+/// aborts and answers (`prompt {text}` → `prompt_async`, `control.interrupt` /
+/// `control.cancel` → `abort`, `control.answer` → the permission's reply; its events out of
+/// `NAME.inbound`); as a source it only listens. Also the probe `local:opencode` and the
+/// decoder of `patchbay parse --protocol opencode`.
 pub const ADAPTER: Adapter = Adapter {
     name: "opencode",
     protocol: "opencode",
     summary: "OpenCode (`opencode serve` HTTP API and /event stream)",
-    components: &[],
+    components: &[ComponentType {
+        name: "opencode",
+        summary: "a running `opencode serve`: prompts, controls and permission answers in, its /event stream out",
+        role: Role::Link {
+            source: transport::build_source,
+            output: transport::build_output,
+        },
+        options: options_of::<OpenCodeConfig>,
+    }],
     parse: Some(parse_decoder),
     wrap: None,
-    probes: &[],
+    probes: &[probe::PROBE],
 };
 
 /// The decoder `patchbay parse --protocol opencode` drives: a raw SSE capture of

@@ -3,8 +3,8 @@
 
 use patchbay_graph::approvals::Verdict;
 use patchbay_opencode::{
-    EncodeError, Method, Request, abort, create_session, encode_control, events, messages, prompt,
-    reply, reply_word,
+    EncodeError, Method, Request, abort, answer, create_session, encode_control, events, messages,
+    prompt, reply, reply_word,
 };
 use patchbay_signal::Signal;
 use serde_json::{Value, json};
@@ -108,6 +108,28 @@ fn verdicts_become_opencode_words() {
             assert_eq!(r.method, Method::Post);
         }
     }
+}
+
+#[test]
+fn a_denial_tells_the_model_why_and_a_cancel_stops_the_turn() {
+    let body =
+        |verdict| answer("per_1", verdict, "patchbay: denied by ui").map(|r| r.body.unwrap());
+    assert_eq!(
+        body(Verdict::Deny),
+        Some(json!({"reply": "reject", "message": "patchbay: denied by ui"}))
+    );
+    assert_eq!(body(Verdict::Cancel), Some(json!({"reply": "reject"})));
+    assert_eq!(body(Verdict::Allow), Some(json!({"reply": "once"})));
+    assert_eq!(body(Verdict::Always), Some(json!({"reply": "always"})));
+    assert_eq!(body(Verdict::Ask), None);
+    assert_eq!(
+        answer("per_1", Verdict::Deny, "").unwrap().body,
+        Some(json!({"reply": "reject"}))
+    );
+    assert_eq!(
+        answer("per_1", Verdict::Deny, "x").unwrap().path,
+        "/permission/per_1/reply"
+    );
 }
 
 #[test]

@@ -409,6 +409,47 @@ fn the_decoder_remembers_sessions_and_pending_permissions() {
 }
 
 #[test]
+fn a_decision_sent_through_patchbay_names_who_made_it() {
+    let mut decoder = EventDecoder::new(SOURCE);
+    let mut out = Vec::new();
+    for id in ["per_1", "per_2"] {
+        let asked = json!({"type": "permission.asked", "properties": {"id": id,
+            "sessionID": "ses_a", "permission": "bash", "patterns": ["ls"]}});
+        decoder.event(&asked, &mut out);
+    }
+    // The same permission again (listed, then seen on the stream): asked once.
+    let again = json!({"type": "permission.asked", "properties": {"id": "per_1",
+        "sessionID": "ses_a", "permission": "bash", "patterns": ["ls"]}});
+    decoder.event(&again, &mut out);
+    let asked: Vec<_> = good_signals(std::mem::take(&mut out))
+        .into_iter()
+        .filter(|s| s.kind == "approval.requested")
+        .map(|s| s.payload["promptId"].clone())
+        .collect();
+    assert_eq!(asked, ["per_1", "per_2"]);
+    decoder.answered("per_1", "sidecar:ui");
+    let replied = |id: &str, reply: &str| {
+        json!({"type": "permission.replied",
+            "properties": {"sessionID": "ses_a", "requestID": id, "reply": reply}})
+    };
+    decoder.event(&replied("per_1", "reject"), &mut out);
+    // OpenCode rejects the session's other permissions along with it: no one of ours.
+    decoder.event(&replied("per_2", "reject"), &mut out);
+    let decided: Vec<Value> = good_signals(out)
+        .into_iter()
+        .filter(|s| s.kind == "approval.decided")
+        .map(|s| Value::from(s.payload.clone()))
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            json!({"promptId": "per_1", "value": "deny", "by": "sidecar:ui"}),
+            json!({"promptId": "per_2", "value": "deny", "by": "opencode"}),
+        ]
+    );
+}
+
+#[test]
 fn events_the_capture_does_not_show() {
     let s = "ses_b";
     let ev = |kind: &str, props: Value| json!({"type": kind, "properties": props});
