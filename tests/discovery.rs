@@ -215,8 +215,11 @@ fn discovery_finds_ollama_and_lmstudio_and_notices_them_leave_and_return() {
     assert_eq!(found.state, ServiceState::Available, "{table}");
     assert_eq!(found.models, ["text-embedding-nomic-embed-text-v1.5"]);
     assert_eq!(find(&services, "openclaw").state, ServiceState::Unavailable);
-    // Whether `claude` is on this machine's PATH varies; that it is probed does not.
-    assert_eq!(find(&services, "claude-code").service, "claude-code");
+    // Whether `claude`, `codex` or `gemini` is on this machine's PATH varies; that they
+    // are probed does not.
+    for agent in ["claude-code", "codex", "gemini-cli"] {
+        assert_eq!(find(&services, agent).service, agent);
+    }
     let midi = find(&services, "midi");
     assert_eq!(
         (midi.address.as_str(), midi.inputs.as_slice()),
@@ -387,7 +390,7 @@ fn the_default_pipeline_compiles_to_the_graph_it_always_had() {
     let graph = compile(&[("<default pipeline>", patchbay::DEFAULT_PIPELINE)]).unwrap();
     // Claude Code's hook endpoint joined later (`claude`, feeding both outputs); the
     // discovery sources come from the probes of every adapter, `claude-code` included.
-    let feeds = "ui.inbound, stdin, claude.inbound, local:ollama, local:lmstudio, local:openclaw, local:claude-code, local:opencode, local:midi";
+    let feeds = "ui.inbound, stdin, claude.inbound, local:ollama, local:lmstudio, local:openclaw, local:claude-code, local:codex, local:gemini-cli, local:opencode, local:midi";
     assert_eq!(
         shape(&graph),
         [
@@ -396,6 +399,8 @@ fn the_default_pipeline_compiles_to_the_graph_it_always_had() {
             "local:lmstudio (discovery) @<default pipeline>:26:2 <- ".to_owned(),
             "local:openclaw (discovery) @<default pipeline>:26:2 <- ".to_owned(),
             "local:claude-code (discovery) @<default pipeline>:26:2 <- ".to_owned(),
+            "local:codex (discovery) @<default pipeline>:26:2 <- ".to_owned(),
+            "local:gemini-cli (discovery) @<default pipeline>:26:2 <- ".to_owned(),
             "local:opencode (discovery) @<default pipeline>:26:2 <- ".to_owned(),
             "local:midi (discovery) @<default pipeline>:26:2 <- ".to_owned(),
             "ui.inbound (inbound) @<default pipeline>:5:10 <- ".to_owned(),
@@ -411,12 +416,21 @@ fn the_default_pipeline_compiles_to_the_graph_it_always_had() {
 fn a_discovery_source_written_by_hand_is_what_discovery_declares() {
     let expanded = "[sources.s]\ntype = \"stdin\"\n[outputs.o]\ntype = \"stdout\"\ninputs = [\"s\"]\n[discovery]\nenabled = true\ninterval_ms = 100\nconnect = [\"o\"]\n";
     let mut written = String::from("[sources.s]\ntype = \"stdin\"\n");
-    for service in ["ollama", "lmstudio", "openclaw", "claude-code", "opencode", "midi"] {
+    for service in [
+        "ollama",
+        "lmstudio",
+        "openclaw",
+        "claude-code",
+        "codex",
+        "gemini-cli",
+        "opencode",
+        "midi",
+    ] {
         written += &format!(
             "[sources.\"local:{service}\"]\ntype = \"discovery\"\nservice = \"{service}\"\ninterval_ms = 100\n"
         );
     }
-    written += "[outputs.o]\ntype = \"stdout\"\ninputs = [\"s\", \"local:ollama\", \"local:lmstudio\", \"local:openclaw\", \"local:claude-code\", \"local:opencode\", \"local:midi\"]\n";
+    written += "[outputs.o]\ntype = \"stdout\"\ninputs = [\"s\", \"local:ollama\", \"local:lmstudio\", \"local:openclaw\", \"local:claude-code\", \"local:codex\", \"local:gemini-cli\", \"local:opencode\", \"local:midi\"]\n";
     let without_locations = |graph: &Graph| -> Vec<String> {
         shape(graph)
             .into_iter()
@@ -455,7 +469,7 @@ fn discovery_refuses_an_unknown_service_and_a_second_table_with_their_places() {
             "[sources.x]\ntype = \"discovery\"\nservice = \"olama\"\n",
         )]),
         [
-            "p.toml:3:11: x: unknown service `olama` (did you mean `ollama`?); known: ollama, lmstudio, openclaw, claude-code, opencode, midi"
+            "p.toml:3:11: x: unknown service `olama` (did you mean `ollama`?); known: ollama, lmstudio, openclaw, claude-code, codex, gemini-cli, opencode, midi"
         ]
     );
     assert_eq!(
@@ -497,7 +511,16 @@ fn graph_draws_the_discovered_sources() {
             .expect("patchbay runs");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{format}: {text}");
-        for service in ["ollama", "lmstudio", "openclaw", "claude-code", "opencode", "midi"] {
+        for service in [
+            "ollama",
+            "lmstudio",
+            "openclaw",
+            "claude-code",
+            "codex",
+            "gemini-cli",
+            "opencode",
+            "midi",
+        ] {
             assert!(
                 text.contains(&format!("local:{service}")),
                 "{format}: {text}"

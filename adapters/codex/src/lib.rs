@@ -76,6 +76,7 @@
 //! room for go to `metadata.codex`.
 
 mod decode;
+pub mod probe;
 mod transport;
 mod wrap;
 
@@ -107,7 +108,7 @@ pub const ADAPTER: Adapter = Adapter {
     }],
     parse: Some(parse_decoder),
     wrap: Some(wrap_request),
-    probes: &[],
+    probes: &[probe::PROBE],
 };
 
 /// `patchbay wrap --protocol codex`: [`wrap`] on the request (it has no `--name`).

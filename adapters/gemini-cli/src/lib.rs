@@ -92,6 +92,7 @@
 pub mod decode;
 mod fields;
 pub mod gate;
+pub mod probe;
 pub mod settings;
 pub mod stream;
 mod transport;
@@ -107,7 +108,7 @@ use patchbay_signal::decode::StreamDecoder;
 
 /// `type = "gemini_cli"`: the hook endpoint (a source that listens, or an output that
 /// also takes `control.answer` for the gate), and the decoder of `patchbay parse
-/// --protocol gemini` (no wrapper, no probes).
+/// --protocol gemini` (no wrapper), and the probe `local:gemini-cli` ([`probe`]).
 pub const ADAPTER: Adapter = Adapter {
     name: "gemini_cli",
     protocol: "gemini",
@@ -123,7 +124,7 @@ pub const ADAPTER: Adapter = Adapter {
     }],
     parse: Some(parse_decoder),
     wrap: None,
-    probes: &[],
+    probes: &[probe::PROBE],
 };
 
 /// The decoder `patchbay parse --protocol gemini` drives: NDJSON whose lines are

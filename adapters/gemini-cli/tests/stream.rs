@@ -60,7 +60,8 @@ fn the_descriptor() {
     assert_eq!(ADAPTER.protocol, "gemini");
     let names: Vec<&str> = ADAPTER.components.iter().map(|c| c.name).collect();
     assert_eq!(names, ["gemini_cli"]);
-    assert!(ADAPTER.probes.is_empty());
+    let probes: Vec<&str> = ADAPTER.probes.iter().map(|p| p.service).collect();
+    assert_eq!(probes, ["gemini-cli"]);
     assert!(ADAPTER.parse.is_some() && ADAPTER.wrap.is_none());
 }
 
