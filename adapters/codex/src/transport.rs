@@ -17,6 +17,7 @@ use patchbay_signal::{Signal, control, now_ms};
 use patchbay_transport::child::{
     ChildConfig, ChildDefaults, ChildOptions, StdioChild, finish, parse_child_options, write_line,
 };
+use patchbay_transport::{Backoff, retry_detail};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
@@ -172,12 +173,68 @@ impl Client {
     }
 }
 
-/// Runs `codex app-server` until it exits, the graph ends or shutdown.
+/// The first wait before Codex is started again after it died (or could not be started);
+/// doubled each time, up to [`RESTART_MAX`].
+const RESTART_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait before Codex is started again.
+const RESTART_MAX: Duration = Duration::from_secs(30);
+/// A run this long counts as working: the next death starts the waits over.
+const RESTART_STABLE: Duration = Duration::from_secs(60);
+
+/// How a run of `codex app-server` ended.
+enum RunEnd {
+    /// The graph ended (or, for a source, shutdown): patchbay is done with it.
+    GraphEnded,
+    /// Codex could not be started, or exited: why.
+    Exited(String),
+}
+
+/// Runs `codex app-server` until the graph ends; when Codex cannot be started or dies, the
+/// component is `failed` with the reason, and Codex is started again with backoff (its
+/// pending approvals are decided `cancel`: they died with it).
 async fn talk(
     config: CodexConfig,
     source: String,
     side: LinkEnds<'_>,
 ) -> Result<(), ComponentError> {
+    let mut backoff = Backoff::new(RESTART_FIRST, RESTART_MAX, None);
+    loop {
+        let started = Instant::now();
+        let why = match run(&config, &source, &side).await {
+            RunEnd::GraphEnded => return Ok(()),
+            RunEnd::Exited(why) => why,
+        };
+        if started.elapsed() >= RESTART_STABLE {
+            backoff.reset();
+        }
+        let delay = backoff.next_jittered().unwrap_or(RESTART_MAX);
+        tracing::warn!(component = %source, "{why}: starting it again in {} ms", delay.as_millis());
+        side.record_error(&why);
+        side.set_state(HealthState::Failed, Some(retry_detail(delay, &why)));
+        if !wait_refusing(&side, delay, &why).await {
+            return Ok(());
+        }
+    }
+}
+
+/// Waits `delay`, refusing the controls that come meanwhile (Codex is not there to take
+/// them); `false` when the graph ended first.
+async fn wait_refusing(side: &LinkEnds<'_>, delay: Duration, why: &str) -> bool {
+    let until = Instant::now() + delay;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => return true,
+            signal = side.next_control(), if side.controls.is_some() => match (signal, side.controls) {
+                (Some(signal), Some(cx)) => cx.refused(format!("{}: {why}; it is being started again", signal.kind)),
+                _ => return false,
+            },
+            () = side.shutdown(), if side.controls.is_none() => return false,
+        }
+    }
+}
+
+/// One run of `codex app-server`, from its start to its end or the graph's.
+async fn run(config: &CodexConfig, source: &str, side: &LinkEnds<'_>) -> RunEnd {
     side.set_state(
         HealthState::Starting,
         Some(format!("starting {}", config.program.describe())),
@@ -186,13 +243,13 @@ async fn talk(
         mut child,
         stdin,
         mut stdout,
-    } = match config.program.spawn(&source) {
+    } = match config.program.spawn(source) {
         Ok(child) => child,
-        Err(why) => return Err(fail(&side, why).await),
+        Err(why) => return RunEnd::Exited(why),
     };
     let gate = config.gate.clone().filter(|_| side.controls.is_some());
     let mut client = Client {
-        decoder: CodexDecoder::new(source.clone()),
+        decoder: CodexDecoder::new(source),
         next_id: 0,
         sent: BTreeMap::new(),
         thread: None,
@@ -205,7 +262,8 @@ async fn talk(
     );
     let mut stdin = Some(stdin);
     if let Err(e) = send(&mut stdin, &[init]).await {
-        return Err(fail(&side, format!("cannot talk to codex: {e}")).await);
+        let _ = child.kill().await;
+        return RunEnd::Exited(format!("cannot talk to codex: {e}"));
     }
 
     let mut splitter = LineSplitter::new(DEFAULT_MAX_LINE);
@@ -219,7 +277,7 @@ async fn talk(
             n = stdout.read(&mut buf) => {
                 let n = n.unwrap_or(0);
                 let mut line = |line: Result<&str, &str>| {
-                    decode_line(&mut client, &config, gate.as_ref(), &side, line, &mut out, &mut replies);
+                    decode_line(&mut client, config, gate.as_ref(), side, line, &mut out, &mut replies);
                 };
                 if n == 0 {
                     splitter.finish(&mut line);
@@ -282,17 +340,28 @@ async fn talk(
     drop(stdin);
     let status = finish(&mut child, graph_open).await;
     if !graph_open {
-        return Ok(());
+        return RunEnd::GraphEnded;
     }
-    match status {
-        Some(s) if s.success() => {
-            side.set_state(HealthState::Stopped, Some("codex exited".into()));
-            side.drain_refusing("codex has exited").await;
-            Ok(())
-        }
-        Some(s) => Err(fail(&side, format!("codex exited with {s}")).await),
-        None => Err(fail(&side, "lost codex".into()).await),
+    // The approvals Codex waited on died with it.
+    let gone: Vec<_> = client
+        .decoder
+        .pending()
+        .filter(|p| p.approval.is_some())
+        .map(|p| p.prompt_id.clone())
+        .collect();
+    for prompt in gone {
+        let decided = approvals::decided(source, &prompt, Verdict::Cancel, "codex")
+            .with_meta("reason", "codex exited");
+        out.push(Decoded::Signal(decided));
     }
+    if side.emit_all(&mut out).await.is_err() {
+        return RunEnd::GraphEnded;
+    }
+    RunEnd::Exited(match status {
+        Some(s) if s.success() => "codex exited".to_owned(),
+        Some(s) => format!("codex exited with {s}"),
+        None => "lost codex".to_owned(),
+    })
 }
 
 /// Resolves at `deadline`, or never.
@@ -470,11 +539,4 @@ fn decode_line(
             None => {}
         }
     }
-}
-
-/// Logs the failure and [fails](LinkEnds::fail) the link with it.
-async fn fail(side: &LinkEnds<'_>, why: String) -> ComponentError {
-    tracing::warn!("{why}");
-    side.fail(&why).await;
-    why.into()
 }
