@@ -40,10 +40,31 @@ connect = ["ui", "log"]
 
 /// The pipeline `patchbay run` uses without a config: a sidecar on 127.0.0.1:7878 that
 /// serves what is posted to it (and NDJSON piped on standard input) to every UI, a log of
-/// the same signals on standard output (readable on a terminal, NDJSON when piped), Claude
-/// Code's hook endpoint on 127.0.0.1:7879 (`patchbay hooks install` points Claude Code at
-/// it; a UI's `control.answer` reaches it), and discovery of the local services.
-#[cfg(feature = "claude-code")]
+/// the same signals on standard output (readable on a terminal, NDJSON when piped), the
+/// hook endpoints of Claude Code on 127.0.0.1:7879 and Gemini CLI on 127.0.0.1:7880
+/// (`patchbay hooks install [--agent gemini]` points them at it; a UI's `control.answer`
+/// reaches them), and discovery of the local services.
+#[cfg(all(feature = "claude-code", feature = "gemini-cli"))]
+pub const DEFAULT_PIPELINE: &str = default_pipeline!(
+    r#", "claude.inbound", "gemini.inbound""#,
+    r#"
+# Claude Code's and Gemini CLI's hooks post here (`patchbay hooks install`, `patchbay hooks
+# install --agent gemini`); a UI's `control.answer` reaches them for a gate (none by
+# default: add `gate = { tools = ["Bash"] }` in a config).
+[outputs.claude]
+type = "claude_code"
+inputs = ["ui.inbound"]
+listen = "127.0.0.1:7879"
+
+[outputs.gemini]
+type = "gemini_cli"
+inputs = ["ui.inbound"]
+listen = "127.0.0.1:7880"
+"#
+);
+
+/// The default pipeline with Claude Code's hook endpoint alone (a build without Gemini CLI).
+#[cfg(all(feature = "claude-code", not(feature = "gemini-cli")))]
 pub const DEFAULT_PIPELINE: &str = default_pipeline!(
     r#", "claude.inbound""#,
     r#"

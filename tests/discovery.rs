@@ -388,26 +388,29 @@ fn the_default_pipeline_compiles_to_the_graph_it_always_had() {
     // The nodes, their order, locations and edges as they were when `[discovery]` built
     // its sources by a path of its own.
     let graph = compile(&[("<default pipeline>", patchbay::DEFAULT_PIPELINE)]).unwrap();
-    // Claude Code's hook endpoint joined later (`claude`, feeding both outputs); the
+    // Claude Code's and Gemini CLI's hook endpoints joined later (`claude` and `gemini`,
+    // feeding both outputs); the
     // discovery sources come from the probes of every adapter, `claude-code` included.
-    let feeds = "ui.inbound, stdin, claude.inbound, local:ollama, local:lmstudio, local:openclaw, local:claude-code, local:codex, local:gemini-cli, local:opencode, local:midi";
+    let feeds = "ui.inbound, stdin, claude.inbound, gemini.inbound, local:ollama, local:lmstudio, local:openclaw, local:claude-code, local:codex, local:gemini-cli, local:opencode, local:midi";
     assert_eq!(
         shape(&graph),
         [
             "stdin (stdin) @<default pipeline>:2:10 <- ".to_owned(),
-            "local:ollama (discovery) @<default pipeline>:26:2 <- ".to_owned(),
-            "local:lmstudio (discovery) @<default pipeline>:26:2 <- ".to_owned(),
-            "local:openclaw (discovery) @<default pipeline>:26:2 <- ".to_owned(),
-            "local:claude-code (discovery) @<default pipeline>:26:2 <- ".to_owned(),
-            "local:codex (discovery) @<default pipeline>:26:2 <- ".to_owned(),
-            "local:gemini-cli (discovery) @<default pipeline>:26:2 <- ".to_owned(),
-            "local:opencode (discovery) @<default pipeline>:26:2 <- ".to_owned(),
-            "local:midi (discovery) @<default pipeline>:26:2 <- ".to_owned(),
+            "local:ollama (discovery) @<default pipeline>:32:2 <- ".to_owned(),
+            "local:lmstudio (discovery) @<default pipeline>:32:2 <- ".to_owned(),
+            "local:openclaw (discovery) @<default pipeline>:32:2 <- ".to_owned(),
+            "local:claude-code (discovery) @<default pipeline>:32:2 <- ".to_owned(),
+            "local:codex (discovery) @<default pipeline>:32:2 <- ".to_owned(),
+            "local:gemini-cli (discovery) @<default pipeline>:32:2 <- ".to_owned(),
+            "local:opencode (discovery) @<default pipeline>:32:2 <- ".to_owned(),
+            "local:midi (discovery) @<default pipeline>:32:2 <- ".to_owned(),
             "ui.inbound (inbound) @<default pipeline>:5:10 <- ".to_owned(),
-            "claude.inbound (inbound) @<default pipeline>:18:10 <- ".to_owned(),
+            "claude.inbound (inbound) @<default pipeline>:19:10 <- ".to_owned(),
+            "gemini.inbound (inbound) @<default pipeline>:24:10 <- ".to_owned(),
             format!("ui (sidecar) @<default pipeline>:5:10 <- {feeds}"),
             format!("log (stdout) @<default pipeline>:10:10 <- {feeds}"),
-            "claude (claude_code) @<default pipeline>:18:10 <- ui.inbound".to_owned(),
+            "claude (claude_code) @<default pipeline>:19:10 <- ui.inbound".to_owned(),
+            "gemini (gemini_cli) @<default pipeline>:24:10 <- ui.inbound".to_owned(),
         ]
     );
 }
