@@ -119,6 +119,8 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_gemini_cli::ADAPTER,
     #[cfg(feature = "opencode")]
     &patchbay_opencode::ADAPTER,
+    #[cfg(feature = "otlp")]
+    &patchbay_otlp::ADAPTER,
     #[cfg(feature = "midi")]
     &patchbay_midi::ADAPTER,
     #[cfg(feature = "webhook")]
