@@ -248,6 +248,9 @@ pub fn decided(source: &str, prompt_id: &str, value: Verdict, by: &str) -> Signa
     Signal::new(DECIDED, source, decided_payload(prompt_id, value, by))
 }
 
+/// How many approvals the board holds at most; past it the oldest is taken off (logged).
+const MAX_PENDING: usize = 4096;
+
 /// How many answers' targets are remembered (an answer reaches every agent component it
 /// is wired to, each asking for its target once, within moments of each other).
 const TARGETS_KEPT: usize = 256;
@@ -312,11 +315,22 @@ impl Approvals {
             .pending
             .values()
             .any(|p| p.component == pending.component && p.prompt_id == pending.prompt_id);
-        if !known {
-            inner.opened += 1;
-            let order = inner.opened;
-            inner.pending.insert(order, pending);
+        if known {
+            return;
         }
+        if inner.pending.len() >= MAX_PENDING
+            && let Some((_, oldest)) = inner.pending.pop_first()
+        {
+            // An agent that never says its approvals were decided cannot fill the board.
+            tracing::warn!(
+                component = %oldest.component,
+                prompt = %oldest.prompt_id,
+                "{MAX_PENDING} approvals wait: the oldest is taken off the board"
+            );
+        }
+        inner.opened += 1;
+        let order = inner.opened;
+        inner.pending.insert(order, pending);
     }
 
     /// Takes `component`'s approval `prompt_id` off the board (decided, or timed out).
@@ -579,6 +593,17 @@ mod tests {
             &decided("codex:codex", "call-1", Verdict::Deny, "pads"),
         );
         assert_eq!(board.pending().len(), 1);
+    }
+
+    #[test]
+    fn the_board_is_bounded() {
+        let board = Approvals::default();
+        for i in 0..MAX_PENDING + 3 {
+            board.open(pending(&format!("p{i}"), "c"));
+        }
+        let pending = board.pending();
+        assert_eq!(pending.len(), MAX_PENDING);
+        assert_eq!(pending[0].prompt_id, "p3", "the oldest went first");
     }
 
     #[test]
