@@ -7,7 +7,8 @@
 //! from protobuf by [`protobuf::decode`]; bounded by [`Limits`], what was cut counted in
 //! [`Cuts`], a body of the wrong shape a [`ModelError`]); [`OtlpDecoder`] turns the model
 //! into signals. [`parse_decoder`] reads files of OTLP/JSON bodies for `patchbay parse
-//! --protocol otlp`. There is no transport here yet: a receiver would hand each POSTed
+//! --protocol otlp`. The [`receiver`] (`[sources.NAME] type = "otlp"`, [`OtlpConfig`]) is
+//! an OTLP/HTTP endpoint answering as the OpenTelemetry Collector's: it hands each POSTed
 //! body to [`OtlpDecoder::decode_json`] or [`OtlpDecoder::decode_protobuf`] with the
 //! [`SignalKind`] of its path.
 //!
@@ -67,20 +68,27 @@
 mod decode;
 pub mod model;
 pub mod protobuf;
+pub mod receiver;
 
 pub use decode::{OtlpDecoder, OtlpStream, TOKEN_METRICS};
 pub use model::{Cuts, Limits, Model, ModelError, SignalKind};
+pub use receiver::OtlpConfig;
 
-use patchbay_graph::Adapter;
+use patchbay_graph::{Adapter, ComponentType, Role, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
-/// The OTLP adapter: for now only the decoder of `patchbay parse --protocol otlp` (no
-/// component, no wrapper, no probe).
+/// The OTLP adapter: the `otlp` source (an OTLP/HTTP receiver, [`OtlpConfig`]) and the
+/// decoder of `patchbay parse --protocol otlp` (no wrapper, no probe).
 pub const ADAPTER: Adapter = Adapter {
     name: "otlp",
     protocol: "otlp",
     summary: "OpenTelemetry OTLP exports (logs, traces, metrics) of agent CLIs and GenAI apps",
-    components: &[],
+    components: &[ComponentType {
+        name: "otlp",
+        summary: "OTLP/HTTP receiver (as the OpenTelemetry Collector's): logs, traces, metrics in",
+        role: Role::Source(receiver::build_source),
+        options: options_of::<OtlpConfig>,
+    }],
     parse: Some(parse_decoder),
     wrap: None,
     probes: &[],
