@@ -167,9 +167,21 @@ fn patchbay(args: &[&str]) -> String {
 
 /// Runs the CLI headless in `project`; returns its exit status and stream-json output.
 fn run_claude(claude: &Path, project: &Path, model: SocketAddr, extra: &[&str]) -> (bool, String) {
+    run_claude_with(claude, project, model, extra, &[])
+}
+
+/// [`run_claude`] with `env` set on top (an empty value removes the variable).
+fn run_claude_with(
+    claude: &Path,
+    project: &Path,
+    model: SocketAddr,
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> (bool, String) {
     let home = ScratchDir::new("claude-home");
     let tmp = ScratchDir::new("claude-tmp");
-    let mut child = Command::new(claude)
+    let mut command = Command::new(claude);
+    command
         .current_dir(project)
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -194,9 +206,15 @@ fn run_claude(claude: &Path, project: &Path, model: SocketAddr, extra: &[&str]) 
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("claude runs");
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        if value.is_empty() {
+            command.env_remove(key);
+        } else {
+            command.env(key, value);
+        }
+    }
+    let mut child = command.spawn().expect("claude runs");
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Some(_status) = child.try_wait().unwrap() {
@@ -477,4 +495,103 @@ async fn with_patchbay_down_claude_code_runs_as_usual() {
         .unwrap_or_else(|| panic!("no SessionStart hook response in {stream}"));
     assert_eq!(start["exit_code"], 0, "{start}");
     assert_eq!(start["outcome"], "success", "{start}");
+}
+
+/// Claude Code's own OpenTelemetry export (`CLAUDE_CODE_ENABLE_TELEMETRY=1`) into an `otlp`
+/// source, over OTLP/HTTP JSON and protobuf: its prompt, tool result and token usage arrive
+/// as signals whose `agentId` is the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn its_opentelemetry_export_arrives_as_signals() {
+    let Some(claude) = claude_binary() else {
+        return;
+    };
+    let dir = ScratchDir::new("claude-code-otlp");
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let (model, _) = start_model().await;
+    let (ui_port, otlp_port) = (free_port(), free_port());
+    let config = dir.join("otel.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{otlp_port}\"\n\n\
+             [outputs.ui]\ntype = \"sidecar\"\ninputs = [\"otel\"]\nlisten = \"127.0.0.1:{ui_port}\"\n"
+        ),
+    )
+    .unwrap();
+    let _patchbay = Killed(
+        Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .arg("run")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("patchbay.log")).unwrap())
+            .spawn()
+            .expect("patchbay runs"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", ui_port)).is_err()
+        || std::net::TcpStream::connect(("127.0.0.1", otlp_port)).is_err()
+    {
+        assert!(Instant::now() < deadline, "patchbay did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = ui(ui_port, Arc::new(Mutex::new("allow"))).await;
+    for protocol in ["http/json", "http/protobuf"] {
+        seen.lock().unwrap().clear();
+        let env = [
+            ("DISABLE_TELEMETRY", String::new()),
+            ("CLAUDE_CODE_ENABLE_TELEMETRY", "1".to_owned()),
+            ("OTEL_LOGS_EXPORTER", "otlp".to_owned()),
+            ("OTEL_METRICS_EXPORTER", "otlp".to_owned()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.to_owned()),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{otlp_port}"),
+            ),
+            ("OTEL_LOGS_EXPORT_INTERVAL", "1000".to_owned()),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "1000".to_owned()),
+        ];
+        let (ok, stream) = tokio::task::spawn_blocking({
+            let (claude, project) = (claude.clone(), project.clone());
+            move || run_claude_with(&claude, &project, model, &[], &env)
+        })
+        .await
+        .unwrap();
+        assert!(ok, "{stream}");
+        let session = stream
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find_map(|v| v["session_id"].as_str().map(str::to_owned))
+            .expect("the stream names its session");
+        // Claude Code exports at its interval and at exit; a guard, not a timing.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let has = |kind: &str| {
+            seen.lock()
+                .unwrap()
+                .iter()
+                .any(|s| s["type"] == kind && s["source"] == "otlp:otel")
+        };
+        while !(has("token_usage") && has("tool_result")) {
+            assert!(
+                Instant::now() < deadline,
+                "{protocol}: no token usage and tool result: {:?}",
+                seen.lock()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s["type"].clone())
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let signals = seen.lock().unwrap().clone();
+        let usage = signals.iter().find(|s| s["type"] == "token_usage").unwrap();
+        assert_eq!(usage["payload"]["agentId"], session.as_str(), "{usage}");
+        assert!(
+            usage["payload"]["promptTokens"].as_u64().unwrap_or(0) > 0,
+            "{usage}"
+        );
+        let result = signals.iter().find(|s| s["type"] == "tool_result").unwrap();
+        assert_eq!(result["payload"]["toolName"], "Bash", "{result}");
+    }
 }
