@@ -488,3 +488,98 @@ async fn a_wrapped_exec_run_is_published() {
         assert!(kinds.iter().any(|k| k == wanted), "no {wanted}: {kinds:?}");
     }
 }
+
+/// Codex's own OpenTelemetry export (`[otel]` in its config, OTLP/HTTP JSON logs, sent at
+/// exit) into an `otlp` source: its prompt, tool result and token usage arrive as signals of
+/// its thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn its_opentelemetry_export_arrives_as_signals() {
+    let Some(codex) = codex_binary() else { return };
+    let dir = ScratchDir::new("codex-otlp");
+    let model = start_model().await;
+    let (ui_port, otlp_port) = (free_port(), free_port());
+    let config = dir.join("patchbay.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{otlp_port}\"\n\n\
+             [outputs.ui]\ntype = \"sidecar\"\ninputs = [\"otel\"]\nlisten = \"127.0.0.1:{ui_port}\"\n"
+        ),
+    )
+    .unwrap();
+    let _patchbay = Killed(
+        Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .arg("run")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("patchbay runs"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", ui_port)).is_err()
+        || std::net::TcpStream::connect(("127.0.0.1", otlp_port)).is_err()
+    {
+        assert!(Instant::now() < deadline, "patchbay did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut ui = Ui::connect(ui_port).await;
+    // A CODEX_HOME whose config points the model at the scripted API and the telemetry at
+    // patchbay.
+    codex_component("otel", &codex, &dir, model);
+    let (home, work) = (dir.join("otel-home"), dir.join("otel-work"));
+    let codex_config = home.join("codex/config.toml");
+    let mut text = std::fs::read_to_string(&codex_config).unwrap();
+    text.push_str(&format!(
+        "\n[otel]\nenvironment = \"test\"\nlog_user_prompt = true\n\
+         exporter = {{ otlp-http = {{ endpoint = \"http://127.0.0.1:{otlp_port}/v1/logs\", protocol = \"json\" }} }}\n\
+         metrics_exporter = \"none\"\n"
+    ));
+    std::fs::write(&codex_config, text).unwrap();
+    let ran = tokio::task::spawn_blocking(move || {
+        Command::new(&codex)
+            .args([
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "Run: echo hi > traced.txt",
+            ])
+            .current_dir(&work)
+            .env("HOME", &home)
+            .env("CODEX_HOME", home.join("codex"))
+            .env("FAKE_API_KEY", "dummy")
+            .stdin(Stdio::null())
+            .output()
+            .expect("codex runs")
+    })
+    .await
+    .unwrap();
+    let printed = String::from_utf8_lossy(&ran.stdout);
+    assert!(ran.status.success(), "{printed}");
+    let thread = printed
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| v["thread_id"].as_str().map(str::to_owned))
+        .expect("exec names its thread");
+    // Codex exports once, at exit.
+    let usage = ui
+        .until("the token usage", |s| {
+            s["type"] == "token_usage" && s["source"] == "otlp:otel"
+        })
+        .await;
+    assert_eq!(usage["payload"]["agentId"], thread.as_str(), "{usage}");
+    assert!(
+        usage["payload"]["promptTokens"].as_u64().unwrap_or(0) > 0,
+        "{usage}"
+    );
+    if !ui.kinds().iter().any(|k| k == "tool_result") {
+        ui.until("the tool result", is("tool_result")).await;
+    }
+    assert!(
+        ui.kinds().iter().any(|k| k == "task_dispatch"),
+        "{:?}",
+        ui.kinds()
+    );
+}
