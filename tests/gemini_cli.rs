@@ -382,10 +382,21 @@ async fn model(
 
 /// Runs the CLI headless in `project`; returns whether it exited 0, and its output.
 fn run_gemini(
+    cli: &(PathBuf, PathBuf),
+    project: &Path,
+    model: SocketAddr,
+    prompt: &str,
+) -> (bool, String) {
+    run_gemini_with(cli, project, model, prompt, json!({"enabled": false}))
+}
+
+/// [`run_gemini`] with Gemini CLI's `telemetry` settings.
+fn run_gemini_with(
     (gemini, node): &(PathBuf, PathBuf),
     project: &Path,
     model: SocketAddr,
     prompt: &str,
+    telemetry: Value,
 ) -> (bool, String) {
     let home = ScratchDir::new("gemini-home");
     std::fs::create_dir_all(home.join(".gemini")).expect("mkdir");
@@ -393,7 +404,7 @@ fn run_gemini(
         "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": false}},
         "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
         "privacy": {"usageStatisticsEnabled": false},
-        "telemetry": {"enabled": false},
+        "telemetry": telemetry,
     });
     std::fs::write(
         home.join(".gemini/settings.json"),
@@ -634,4 +645,95 @@ async fn with_patchbay_down_gemini_runs_as_usual() {
     );
     assert_eq!(responses.lock().expect("lock").len(), 1);
     eprintln!("gemini without patchbay: {:?}", start.elapsed());
+}
+
+/// Gemini CLI's own OpenTelemetry export (its `telemetry` settings: OTLP/HTTP JSON traces,
+/// logs and metrics) into an `otlp` source: its tool call and token usage arrive as signals
+/// of its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn its_opentelemetry_export_arrives_as_signals() {
+    let Some(cli) = gemini_binary() else {
+        return;
+    };
+    let dir = ScratchDir::new("gemini-otlp");
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).expect("mkdir");
+    let (model, _) = start_model().await;
+    let (ui_port, otlp_port) = (free_port(), free_port());
+    let config = dir.join("otel.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{otlp_port}\"\n\n\
+             [outputs.ui]\ntype = \"sidecar\"\ninputs = [\"otel\"]\nlisten = \"127.0.0.1:{ui_port}\"\n"
+        ),
+    )
+    .expect("write config");
+    let _patchbay = Killed(
+        Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .arg("run")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("patchbay runs"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", ui_port)).is_err()
+        || std::net::TcpStream::connect(("127.0.0.1", otlp_port)).is_err()
+    {
+        assert!(Instant::now() < deadline, "patchbay did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = ui(ui_port, "allow").await;
+    let telemetry = json!({"enabled": true, "target": "local",
+        "otlpEndpoint": format!("http://127.0.0.1:{otlp_port}"), "otlpProtocol": "http",
+        "logPrompts": true});
+    let (ok, stream) = tokio::task::spawn_blocking({
+        let project = project.clone();
+        move || run_gemini_with(&cli, &project, model, "Run: echo hi > out.txt", telemetry)
+    })
+    .await
+    .expect("the run");
+    assert!(ok, "{stream}");
+    let session = stream
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| v["session_id"].as_str().map(str::to_owned))
+        .expect("the stream names its session");
+    // Gemini CLI exports as it goes and at exit; a guard, not a timing.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let has = |kind: &str| {
+        seen.lock()
+            .expect("lock")
+            .iter()
+            .any(|s| s["type"] == kind && s["source"] == "otlp:otel")
+    };
+    while !(has("token_usage") && has("tool_result")) {
+        assert!(
+            Instant::now() < deadline,
+            "no token usage and tool result: {:?}",
+            seen.lock()
+                .expect("lock")
+                .iter()
+                .map(|s| s["type"].clone())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let signals = seen.lock().expect("lock").clone();
+    let usage = signals
+        .iter()
+        .find(|s| s["type"] == "token_usage")
+        .expect("token usage");
+    assert_eq!(usage["payload"]["agentId"], session.as_str(), "{usage}");
+    let result = signals
+        .iter()
+        .find(|s| s["type"] == "tool_result")
+        .expect("tool result");
+    assert_eq!(
+        result["payload"]["toolName"], "run_shell_command",
+        "{result}"
+    );
 }
