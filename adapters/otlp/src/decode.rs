@@ -267,6 +267,20 @@ impl OtlpDecoder {
             out.push(self.finish(&ctx, signal, meta));
             return;
         };
+        // A record patchbay's own `otlp` output wrote carries its signal whole: the type as
+        // the event name, the payload as the body, the envelope in `signal.*` attributes.
+        if let (Some(id), Some(AnyValue::KvList(_))) = (str_attr(attrs, "signal.id"), &record.body)
+            && let Some(Value::Object(payload)) = record.body.as_ref().map(json_of)
+        {
+            let source = str_attr(attrs, "signal.source").unwrap_or_else(|| self.source.clone());
+            if let Some(correlation) = str_attr(attrs, "signal.correlation_id") {
+                ctx.correlation = Some(correlation);
+            }
+            let mut signal = Signal::new(name, source.as_str(), payload);
+            signal.id = id.as_str().into();
+            out.push(self.finish(&ctx, signal, meta));
+            return;
+        }
         let signals = self.event(&name, attrs, &mut ctx, &mut meta);
         match signals {
             Some(signals) => {

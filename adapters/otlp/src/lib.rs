@@ -12,6 +12,11 @@
 //! body to [`OtlpDecoder::decode_json`] or [`OtlpDecoder::decode_protobuf`] with the
 //! [`SignalKind`] of its path.
 //!
+//! The other way, the [`exporter`] (`[outputs.NAME] type = "otlp"`,
+//! [`OtlpExporterConfig`]) sends signals to any OTLP/HTTP receiver: [`encode`] turns each
+//! signal into a log record, and tool calls and tasks into GenAI `execute_tool` and
+//! `invoke_agent` spans, written as OTLP/JSON or protobuf.
+//!
 //! # Signals
 //!
 //! `agentId` is the record's session: its `session.id`, `gen_ai.agent.id`,
@@ -66,29 +71,44 @@
 //! The metric points themselves always pass as `otel.metric`.
 
 mod decode;
+pub mod encode;
+pub mod exporter;
 pub mod model;
 pub mod protobuf;
 pub mod receiver;
 
 pub use decode::{OtlpDecoder, OtlpStream, TOKEN_METRICS};
+pub use exporter::OtlpExporterConfig;
 pub use model::{Cuts, Limits, Model, ModelError, SignalKind};
 pub use receiver::OtlpConfig;
 
-use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
-/// The OTLP adapter: the `otlp` source (an OTLP/HTTP receiver, [`OtlpConfig`]) and the
-/// decoder of `patchbay parse --protocol otlp` (no wrapper, no probe).
+/// The OTLP adapter: the `otlp` source (an OTLP/HTTP receiver, [`OtlpConfig`]), the `otlp`
+/// output (an OTLP/HTTP exporter, [`OtlpExporterConfig`]) and the decoder of `patchbay parse --protocol otlp` (no wrapper, no probe).
 pub const ADAPTER: Adapter = Adapter {
     name: "otlp",
     protocol: "otlp",
     summary: "OpenTelemetry OTLP exports (logs, traces, metrics) of agent CLIs and GenAI apps",
-    components: &[ComponentType {
-        name: "otlp",
-        summary: "OTLP/HTTP receiver (as the OpenTelemetry Collector's): logs, traces, metrics in",
-        role: Role::Source(receiver::build_source),
-        options: options_of::<OtlpConfig>,
-    }],
+    components: &[
+        ComponentType {
+            name: "otlp",
+            summary: "OTLP/HTTP receiver (as the OpenTelemetry Collector's): logs, traces, metrics in",
+            role: Role::Source(receiver::build_source),
+            options: options_of::<OtlpConfig>,
+        },
+        ComponentType {
+            name: "otlp",
+            summary: "OTLP/HTTP exporter: signals out as logs, tool calls and tasks as GenAI spans",
+            role: Role::Output(OutputKind {
+                build: exporter::build,
+                inbound: false,
+                when_full: WhenFull::Block,
+            }),
+            options: options_of::<OtlpExporterConfig>,
+        },
+    ],
     parse: Some(parse_decoder),
     wrap: None,
     probes: &[],
