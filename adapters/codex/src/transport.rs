@@ -83,13 +83,7 @@ fn parse_config(options: &Options<'_>) -> Result<CodexConfig, Diagnostic> {
 
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     let config = parse_config(options)?;
-    if config.gate.is_some() {
-        return Err(options.error_at(
-            "gate",
-            "a gate needs answers: declare the component under [outputs.NAME] with the \
-             `inputs` its `control.answer` signals come from",
-        ));
-    }
+    GateConfig::refuse_on_a_source(config.gate.as_ref(), options)?;
     Ok(Box::new(Codex { config }))
 }
 

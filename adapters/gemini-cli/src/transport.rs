@@ -103,13 +103,7 @@ fn parse_options(options: &Options<'_>) -> Result<Settings, Diagnostic> {
 
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     let settings = parse_options(options)?;
-    if settings.gate.is_some() {
-        return Err(options.error_at(
-            "gate",
-            "a gate needs answers: declare the component under [outputs.NAME] with the \
-             `inputs` its `control.answer` signals come from",
-        ));
-    }
+    GateConfig::refuse_on_a_source(settings.gate.as_ref(), options)?;
     Ok(Box::new(GeminiCli { settings }))
 }
 

@@ -128,6 +128,22 @@ impl GateConfig {
         self.tools.iter().any(|t| t == "*" || t == tool)
     }
 
+    /// Refuses a gate under `[sources.NAME]` (when `gate` is set): a source takes no
+    /// `control.answer`, so nothing could decide what the gate holds.
+    pub fn refuse_on_a_source(
+        gate: Option<&GateConfig>,
+        options: &crate::Options<'_>,
+    ) -> Result<(), crate::Diagnostic> {
+        match gate {
+            Some(_) => Err(options.error_at(
+                "gate",
+                "a gate needs answers: declare the component under [outputs.NAME] with the \
+                 `inputs` its `control.answer` signals come from",
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The checks a builder makes: an error names what is wrong, for the user.
     pub fn check(&self) -> Result<(), String> {
         if self.tools.is_empty() {
