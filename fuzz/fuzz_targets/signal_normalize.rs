@@ -2,7 +2,8 @@
 //! `decode_line`, which also reads sajou scenario lines), the fast envelope path
 //! `envelope_from_str`, and `from_value` on whatever JSON the line holds; an envelope
 //! read by `envelope_from_str` must be the signal `from_value` makes of it, and text kept
-//! as canonical (`LazyObject::from_json`) must be exactly what `serde_json` writes for it.
+//! as canonical (`LazyObject::from_json`) must be exactly what `serde_json` writes for it,
+//! and a payload repaired on its text must be written as the repaired tree is.
 #![no_main]
 
 use patchbay_signal::LazyObject;
@@ -48,6 +49,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                     fast.timestamp = general.timestamp;
                 }
                 assert_eq!(fast, general, "{line}");
+                // To the byte: a payload repaired on its text is written as the tree is.
+                assert_eq!(fast.to_json(), general.to_json(), "{line}");
             }
         }
     }

@@ -205,7 +205,7 @@ impl Normalizer {
             metadata: obj.shift_remove("metadata").map(ObjectField::tree),
             payload: obj.shift_remove("payload").map(ObjectField::tree),
             rest: (!obj.is_empty()).then(|| Box::new(obj)),
-            payload_fits: false,
+            payload_fit: None,
         };
         self.build(fields)
     }
@@ -222,7 +222,7 @@ impl Normalizer {
             metadata,
             payload,
             rest,
-            payload_fits,
+            payload_fit,
         } = fields;
         // Fields that do not fit where they belong, kept under `metadata.unknown` (in the
         // order below, then the rest in the producer's).
@@ -318,9 +318,7 @@ impl Normalizer {
             metadata,
             payload,
         };
-        if !payload_fits {
-            well_known::repair(&mut signal);
-        }
+        well_known::repair_fitted(&mut signal, payload_fit);
         signal
     }
 }
@@ -374,14 +372,13 @@ fn plain_envelope_fields(text: &str, fields: &mut Fields) -> Option<()> {
                     Key::Payload => kind.as_deref().and_then(Fit::of),
                     _ => None,
                 };
+                let rest = &text[at..];
                 let len = match &mut fit {
-                    Some(fit) => canonical_object_len_visiting(&text[at..], |k, v| {
-                        fit.field(k, v);
-                    })?,
-                    None => canonical_object_len(&text[at..])?,
+                    Some(fit) => canonical_object_len_visiting(rest, |k, v| fit.field(rest, k, v))?,
+                    None => canonical_object_len(rest)?,
                 };
-                if let Some(fit) = fit {
-                    fields.payload_fits = fit.fits();
+                if fit.is_some() {
+                    fields.payload_fit = fit;
                 }
                 let object = Some(ObjectField::Text(LazyObject::from_canonical(
                     &text[at..at + len],
@@ -464,9 +461,9 @@ struct Fields {
     /// Every other field, in the producer's order (rare: boxed, as the other large
     /// parts, so that the fields of the usual envelope stay small to move).
     rest: Option<Box<Object>>,
-    /// The payload was read as text and found valid for its well-known type: nothing to
-    /// repair.
-    payload_fits: bool,
+    /// The check of a payload read as text against its well-known type (made in the pass
+    /// that read it): nothing to repair when it fits, and what the repair needs when not.
+    payload_fit: Option<Fit>,
 }
 
 /// An envelope's `payload` or `metadata`: an object kept as its text, or any value as a
@@ -582,7 +579,7 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                     metadata: None,
                     payload: None,
                     rest: None,
-                    payload_fits: false,
+                    payload_fit: None,
                 };
                 while let Some(key) = map.next_key::<Key>()? {
                     if let Key::Payload | Key::Metadata = key {
@@ -696,8 +693,12 @@ mod tests {
             // A verdict on the payload that the general reading leaves to `repair`, found
             // in the pass for a valid well-known payload after its type (the first text).
             let valid_well_known = text.starts_with(r#"{"type":"text_delta""#);
-            assert_eq!(plain.payload_fits, valid_well_known, "{text}");
-            plain.payload_fits = false;
+            assert_eq!(
+                plain.payload_fit.as_ref().is_some_and(Fit::fits),
+                valid_well_known,
+                "{text}"
+            );
+            plain.payload_fit = None;
             assert_eq!(Some(plain), general(text), "{text}");
         }
         // Left to the general reading (which reads each, or refuses it).
@@ -919,12 +920,15 @@ mod tests {
             tree.to_json().replace(tree.id.as_str(), "")
         );
 
-        // An invalid one is repaired on its tree, as before.
+        // An invalid one is repaired on its text too.
         let s = n()
             .decode_text(r#"{"type":"text_delta","payload":{"content":"x","foo":1}}"#)
             .unwrap()
             .into_signal();
-        assert_eq!(s.payload.raw_json(), None);
+        assert_eq!(
+            s.payload.raw_json(),
+            Some(r#"{"content":"x","agentId":"test:n"}"#)
+        );
         assert_eq!(s.payload["agentId"], "test:n");
         assert_eq!(s.meta("extra").unwrap()["foo"], 1);
         // Text that serde_json would write otherwise becomes a tree at once.

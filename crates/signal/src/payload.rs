@@ -67,6 +67,14 @@ impl LazyObject {
         }
     }
 
+    /// Keeps `text`, made canonical by its writer (a payload repaired on its text).
+    pub(crate) fn from_canonical_string(text: String) -> Self {
+        LazyObject {
+            raw: Some(text.into_boxed_str()),
+            tree: OnceLock::new(),
+        }
+    }
+
     /// The object's compact JSON text, when it is kept (made by
     /// [`from_json`](LazyObject::from_json) and not changed since): the same bytes as
     /// serializing the object with `serde_json`.
@@ -307,24 +315,19 @@ pub(crate) fn canonical_object_len(text: &str) -> Option<usize> {
     (scan.peek() == Some(b'{') && scan.value()).then_some(scan.at)
 }
 
-/// [`canonical_object_len`], calling `visit` with each top-level field's key (between its
-/// quotes, escapes as written) and value text as the check passes them, so that a caller
-/// that looks at the fields needs no second pass. A text found not canonical may have
-/// had some of its fields visited.
+/// [`canonical_object_len`], calling `visit` with the spans of each top-level field's key
+/// (between its quotes, escapes as written) and value as the check passes them, so that a
+/// caller that looks at the fields needs no second pass. A text found not canonical may
+/// have had some of its fields visited.
 pub(crate) fn canonical_object_len_visiting(
     text: &str,
-    mut visit: impl FnMut(&str, &str),
+    visit: impl FnMut(Range<usize>, Range<usize>),
 ) -> Option<usize> {
     let mut scan = Scan {
         bytes: text.as_bytes(),
         at: 0,
         depth: 0,
-        top_field: |key: Range<usize>, value: Range<usize>| {
-            // Spans between ASCII bytes: on character boundaries.
-            if let (Some(key), Some(value)) = (text.get(key), text.get(value)) {
-                visit(key, value);
-            }
-        },
+        top_field: visit,
     };
     (scan.peek() == Some(b'{') && scan.value()).then_some(scan.at)
 }
@@ -350,6 +353,22 @@ pub fn canonical_fields(text: &str, visit: impl FnMut(&str, &str) -> bool) -> bo
 /// [`canonical_fields`] of text already known to be canonical (a kept payload's): the
 /// spans are found without checking anything again.
 pub(crate) fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) -> bool) -> bool {
+    spans_of_canonical(text, |key, value| {
+        // Both spans start and end next to ASCII bytes: they lie on character boundaries.
+        match (text.get(key), text.get(value)) {
+            (Some(key), Some(value)) => visit(key, value),
+            _ => false,
+        }
+    })
+}
+
+/// [`fields_of_canonical`] by byte spans: each top-level field's key (between its quotes)
+/// and value, for a caller that copies fields as written (a key's quote is the byte before
+/// its span; a field is `key.start - 1 .. value.end`).
+pub(crate) fn spans_of_canonical(
+    text: &str,
+    mut visit: impl FnMut(Range<usize>, Range<usize>) -> bool,
+) -> bool {
     let bytes = text.as_bytes();
     let mut at = 1; // after '{'
     while at < bytes.len() && bytes[at] == b'"' {
@@ -357,12 +376,7 @@ pub(crate) fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) 
         let key_to = string_end(bytes, key_from);
         let value_from = key_to + 2; // '":'
         let value_to = value_end(bytes, value_from);
-        // Both spans start and end next to ASCII bytes: they lie on character boundaries.
-        let (Some(key), Some(value)) = (text.get(key_from..key_to), text.get(value_from..value_to))
-        else {
-            return false;
-        };
-        if !visit(key, value) {
+        if value_to > bytes.len() || !visit(key_from..key_to, value_from..value_to) {
             return false;
         }
         at = value_to + 1; // ',' or the final '}'

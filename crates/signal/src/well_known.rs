@@ -8,7 +8,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Object, Signal, SmallString};
+use std::ops::Range;
+
+use crate::{LazyObject, Object, Signal, SmallString};
 
 /// A payload type with a well-known signal type.
 pub trait Payload: Serialize {
@@ -282,6 +284,7 @@ pub fn is_well_known(kind: &str) -> bool {
 }
 
 #[derive(Clone, Copy)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 enum Kind {
     Str,
     Bool,
@@ -297,6 +300,7 @@ enum Kind {
     Bounds,
 }
 
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Field {
     name: &'static str,
     kind: Kind,
@@ -452,28 +456,55 @@ fn fits(kind: Kind, v: &Value) -> bool {
 /// Whether a payload given as canonical JSON text (a kept payload's) is valid for the
 /// fields of its type: the same verdict as [`check`] on its tree. `false` also when the
 /// text cannot be read field by field (then the tree decides).
+#[cfg(test)]
 fn fits_text(fields: &'static [Field], raw: &str) -> bool {
-    let mut fit = Fit::new(fields);
-    crate::payload::fields_of_canonical(raw, |key, value| fit.field(key, value)) && fit.fits()
+    Fit::scan(fields, raw).is_some_and(|fit| fit.fits())
+}
+
+/// How many top-level fields of a payload [`Fit`] remembers, for a repair on the text: a
+/// well-known payload has at most five of its own.
+const MEMBERS: usize = 16;
+
+/// One top-level field of a payload's text, as [`Fit`] saw it.
+#[derive(Clone, Copy, Default)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
+struct Member {
+    /// From the key's opening quote to the value's end: the field as written.
+    from: u32,
+    to: u32,
+    /// It stays in the payload (a field of the type, valid or required); else it goes to
+    /// `metadata.extra`.
+    stays: bool,
 }
 
 /// [`check`]'s verdict on a payload's text, built up field by field (so that the reader of
-/// an envelope can have it from the pass that finds the payload canonical).
+/// an envelope has it from the pass that finds the payload canonical), with where each
+/// field lies, so that [`repair`] can work on the text without a second pass.
+#[cfg_attr(test, derive(Debug, PartialEq))]
 pub(crate) struct Fit {
     fields: &'static [Field],
-    /// Which fields were seen (a spec has fewer than 64; keys are unique in canonical
-    /// text).
-    seen: u64,
-    /// A field was unknown or did not fit.
-    misfit: bool,
+    /// The type's fields present with a valid value (a spec has fewer than 64; keys are
+    /// unique in canonical text).
+    valid: u64,
+    /// The type's required fields present with a value that is not valid.
+    wrong: u64,
+    /// A field the type does not allow, or an optional one with a value that is not
+    /// valid: it goes to `metadata.extra`.
+    stray: bool,
+    /// The fields in the order written, while there is room (`count` may go past it).
+    members: [Member; MEMBERS],
+    count: usize,
 }
 
 impl Fit {
     fn new(fields: &'static [Field]) -> Self {
         Fit {
             fields,
-            seen: 0,
-            misfit: false,
+            valid: 0,
+            wrong: 0,
+            stray: false,
+            members: [Member::default(); MEMBERS],
+            count: 0,
         }
     }
 
@@ -482,28 +513,74 @@ impl Fit {
         spec(kind).map(Fit::new)
     }
 
-    /// Takes one top-level field (its key as written, its value's JSON text); `false` once
-    /// the payload is known not to fit.
-    pub(crate) fn field(&mut self, key: &str, value: &str) -> bool {
+    /// The check of a payload's canonical text, in one pass; `None` when the text cannot be
+    /// read field by field.
+    fn scan(fields: &'static [Field], raw: &str) -> Option<Self> {
+        let mut fit = Fit::new(fields);
+        crate::payload::spans_of_canonical(raw, |key, value| {
+            fit.field(raw, key, value);
+            true
+        })
+        .then_some(fit)
+    }
+
+    /// Takes one top-level field of the object `text`: the spans of its key (as written,
+    /// between its quotes) and of its value's JSON text.
+    pub(crate) fn field(&mut self, text: &str, key: Range<usize>, value: Range<usize>) {
+        let (from, to) = (key.start.saturating_sub(1), value.end);
+        let (Some(key), Some(value)) = (text.get(key), text.get(value)) else {
+            self.stray = true;
+            return;
+        };
         // Keys are compared as written: a field name has no character that needs
         // escaping, so a key with an escape is never one of them (and is unknown, as for
         // `check`).
         let named = |f: &Field| crate::payload::same_key(f.name.as_bytes(), key.as_bytes());
-        match self.fields.iter().position(named) {
-            Some(i) if i < 64 && fits_value(self.fields[i].kind, value) => self.seen |= 1 << i,
-            _ => self.misfit = true,
+        let stays = match self.fields.iter().position(named) {
+            Some(i) if i < 64 => {
+                let field = &self.fields[i];
+                if fits_value(field.kind, value) {
+                    self.valid |= 1 << i;
+                    true
+                } else {
+                    self.wrong |= u64::from(field.required) << i;
+                    field.required
+                }
+            }
+            _ => false,
+        };
+        self.stray |= !stays;
+        if let Some(member) = self.members.get_mut(self.count) {
+            *member = Member {
+                from: from as u32,
+                to: to as u32,
+                stays,
+            };
         }
-        !self.misfit
+        self.count += 1;
     }
 
     /// Whether every field taken fits and every required one was there.
     pub(crate) fn fits(&self) -> bool {
-        !self.misfit
-            && self
-                .fields
-                .iter()
-                .enumerate()
-                .all(|(i, f)| !f.required || self.seen & (1 << i) != 0)
+        !self.stray && self.wrong == 0 && self.missing() == 0
+    }
+
+    /// The type's required fields that are not there.
+    fn missing(&self) -> u64 {
+        let present = self.valid | self.wrong;
+        self.fields
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| f.required && present & (1 << i) == 0)
+            .fold(0, |bits, (i, _)| bits | 1 << i)
+    }
+
+    /// The index of the type's field `name`, when it is there and missing from the
+    /// payload.
+    fn absent(&self, name: &str, required_only: bool) -> Option<usize> {
+        let i = self.fields.iter().position(|f| f.name == name)?;
+        let present = (self.valid | self.wrong) & (1 << i) != 0;
+        (!present && (!required_only || self.fields[i].required)).then_some(i)
     }
 }
 
@@ -517,6 +594,196 @@ fn fits_value(kind: Kind, value: &str) -> bool {
         Kind::Count | Kind::Amount if value.bytes().all(|b| b.is_ascii_digit()) => true,
         _ => serde_json::from_str::<Value>(value).is_ok_and(|v| fits(kind, &v)),
     }
+}
+
+/// What [`repair_text`] made of a payload kept as canonical text.
+enum TextRepair {
+    /// It is valid as it is.
+    Fits,
+    /// Repaired on the text, exactly as [`repair`] repairs the tree: the payload's new
+    /// text, the metadata's new text when it changed, and whether the type becomes
+    /// `invalid.<type>`.
+    Repaired {
+        payload: String,
+        metadata: Option<String>,
+        invalid: bool,
+    },
+    /// The repair needs the tree (more fields than [`Fit`] remembers, metadata not kept as
+    /// text, or that has the field the repair would write already).
+    Tree,
+}
+
+/// [`repair`] on a payload's canonical text `raw`, from what [`Fit`] saw in its one pass
+/// and without building a tree: the fields that stay are copied as written, in order, the
+/// others go to `metadata.extra` as written, `taskId` and `agentId` are appended from the
+/// envelope, and the reason of an `invalid.<type>` follows from what the pass saw.
+/// `metadata` is the signal's metadata text (`Some(None)`: it has none; `None`: it is not
+/// kept as text). The result is canonical text, the same bytes [`repair`] gives on the
+/// tree, written into strings of their exact length.
+fn repair_text(
+    fit: &Fit,
+    raw: &str,
+    signal: &Signal,
+    metadata: Option<Option<&str>>,
+) -> TextRepair {
+    if fit.fits() {
+        return TextRepair::Fits;
+    }
+    let Some(members) = fit.members.get(..fit.count) else {
+        return TextRepair::Tree;
+    };
+    let text = |m: &Member| &raw[m.from as usize..m.to as usize];
+    // What the envelope fills in: `taskId` from `correlationId`, a required `agentId` from
+    // `source` (as JSON strings).
+    let task = signal
+        .correlation_id
+        .as_deref()
+        .filter(|_| fit.absent("taskId", false).is_some())
+        .map(json_string);
+    let agent = fit
+        .absent("agentId", true)
+        .map(|_| json_string(&signal.source));
+    // What `check` would say of the payload then: its first field, in the type's order,
+    // missing or not valid (no field it does not allow is left).
+    let filled = |name: &str| match name {
+        "taskId" => task.is_some(),
+        "agentId" => agent.is_some(),
+        _ => false,
+    };
+    let missing = fit.missing();
+    // Worded as `Invalid` words it (the type's names and descriptions need no escape).
+    let reason = fit.fields.iter().enumerate().find_map(|(i, f)| {
+        if missing & (1 << i) != 0 && !filled(f.name) {
+            Some(["\"missing required field `", f.name, "`\""].concat())
+        } else {
+            (fit.wrong & (1 << i) != 0)
+                .then(|| ["\"field `", f.name, "` must be ", describe(f.kind), "\""].concat())
+        }
+    });
+    let fills = [("taskId", &task), ("agentId", &agent)];
+    let fill_len =
+        |(name, value): &(&str, &Option<String>)| value.as_ref().map(|v| name.len() + 3 + v.len());
+    let payload_len = object_len(
+        members
+            .iter()
+            .filter(|m| m.stays)
+            .map(|m| text(m).len())
+            .chain(fills.iter().filter_map(fill_len)),
+    );
+    let mut payload = String::with_capacity(payload_len);
+    payload.push('{');
+    let mut first = true;
+    for m in members.iter().filter(|m| m.stays) {
+        push_member(&mut payload, &mut first, text(m));
+    }
+    for (name, value) in &fills {
+        if let Some(value) = value {
+            push_field(&mut payload, &mut first, name, value);
+        }
+    }
+    payload.push('}');
+    debug_assert_eq!(payload.len(), payload_len);
+
+    let moved = members.iter().any(|m| !m.stays);
+    let extra_len =
+        moved.then(|| object_len(members.iter().filter(|m| !m.stays).map(|m| text(m).len())));
+    let metadata = if extra_len.is_none() && reason.is_none() {
+        None
+    } else {
+        let Some(existing) = metadata else {
+            return TextRepair::Tree;
+        };
+        let existing = existing.unwrap_or("{}");
+        // A field already there is replaced in place by the tree's insert: rare, left to
+        // it.
+        let mut taken = false;
+        crate::payload::fields_of_canonical(existing, |key, _| {
+            taken |= (key == "extra" && moved) || (key == "invalid" && reason.is_some());
+            !taken
+        });
+        if taken {
+            return TextRepair::Tree;
+        }
+        let additions = [
+            extra_len.map(|len| "extra".len() + 3 + len),
+            reason.as_ref().map(|r| "invalid".len() + 3 + r.len()),
+        ];
+        let inner = existing.len() - 2;
+        let len = object_len(
+            (inner > 0)
+                .then_some(inner)
+                .into_iter()
+                .chain(additions.into_iter().flatten()),
+        );
+        let mut text_out = String::with_capacity(len);
+        text_out.push_str(&existing[..existing.len() - 1]);
+        let mut first = inner == 0;
+        if moved {
+            push_key(&mut text_out, &mut first, "extra");
+            let mut first_extra = true;
+            text_out.push('{');
+            for m in members.iter().filter(|m| !m.stays) {
+                push_member(&mut text_out, &mut first_extra, text(m));
+            }
+            text_out.push('}');
+        }
+        if let Some(reason) = &reason {
+            push_field(&mut text_out, &mut first, "invalid", reason);
+        }
+        text_out.push('}');
+        debug_assert_eq!(text_out.len(), len);
+        Some(text_out)
+    };
+    TextRepair::Repaired {
+        payload,
+        metadata,
+        invalid: reason.is_some(),
+    }
+}
+
+/// The length of a JSON object whose members (`"key":value`) have these lengths.
+fn object_len(members: impl Iterator<Item = usize>) -> usize {
+    let (n, len) = members.fold((0, 0), |(n, len), member| (n + 1, len + member));
+    2 + len + n.max(1) - 1
+}
+
+/// `s` as a JSON string, escaped as `serde_json` escapes it.
+fn json_string(s: &str) -> String {
+    if !s.bytes().any(crate::payload::needs_escape) {
+        let mut out = String::with_capacity(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return out;
+    }
+    // A string: serializing it cannot fail.
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// Appends a member of an object being written (`"key":value`, as written), after a comma
+/// unless it is the first.
+fn push_member(out: &mut String, first: &mut bool, member: &str) {
+    if !std::mem::take(first) {
+        out.push(',');
+    }
+    out.push_str(member);
+}
+
+/// Appends `"key":` to an object being written, after a comma unless it is the first
+/// member (`key` needs no escape).
+fn push_key(out: &mut String, first: &mut bool, key: &str) {
+    if !std::mem::take(first) {
+        out.push(',');
+    }
+    out.push('"');
+    out.push_str(key);
+    out.push_str("\":");
+}
+
+/// Appends `"key":value` (`value` already JSON).
+fn push_field(out: &mut String, first: &mut bool, key: &str, value: &str) {
+    push_key(out, first, key);
+    out.push_str(value);
 }
 
 /// Why a payload is not valid for its well-known type.
@@ -596,14 +863,52 @@ pub fn check_signal(signal: &Signal) -> Result<(), Invalid> {
 ///
 /// Returns whether the signal was changed. Signals of other types are left alone.
 pub fn repair(signal: &mut Signal) -> bool {
-    let Some(fields) = spec(&signal.kind) else {
+    repair_fitted(signal, None)
+}
+
+/// [`repair`], given the [`Fit`] of the signal's payload text when the reader of the
+/// envelope made it in its pass.
+pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
+    let Some(fields) = fit
+        .as_ref()
+        .map(|f| f.fields)
+        .or_else(|| spec(&signal.kind))
+    else {
         return false;
     };
-    // A payload kept as text is checked on its text: a valid one is not built as a tree.
-    if let Some(raw) = signal.payload.raw_json()
-        && fits_text(fields, raw)
-    {
-        return false;
+    // A payload kept as text is checked, and repaired, on its text: it is not built as a
+    // tree, and stays text for every writer downstream.
+    if let Some(raw) = signal.payload.raw_json() {
+        let fit = match fit {
+            Some(fit) => Some(fit),
+            None => Fit::scan(fields, raw),
+        };
+        let metadata = match &signal.metadata {
+            None => Some(None),
+            Some(m) => m.raw_json().map(Some),
+        };
+        let repaired = match &fit {
+            Some(fit) => repair_text(fit, raw, signal, metadata),
+            None => TextRepair::Tree,
+        };
+        match repaired {
+            TextRepair::Fits => return false,
+            TextRepair::Repaired {
+                payload,
+                metadata,
+                invalid,
+            } => {
+                signal.payload = LazyObject::from_canonical_string(payload);
+                if let Some(metadata) = metadata {
+                    signal.metadata = Some(LazyObject::from_canonical_string(metadata));
+                }
+                if invalid {
+                    signal.kind = format!("invalid.{}", signal.kind).into();
+                }
+                return true;
+            }
+            TextRepair::Tree => {}
+        }
     }
     if check(&signal.kind, &signal.payload).is_ok() {
         return false;
@@ -616,7 +921,8 @@ pub fn repair(signal: &mut Signal) -> bool {
             Some(f) => f.required || fits(f.kind, &signal.payload[&key]),
             None => false,
         };
-        if !keep && let Some(v) = signal.payload.remove(&key) {
+        // `shift_remove`: the fields left keep the producer's order (as on the text).
+        if !keep && let Some(v) = signal.payload.shift_remove(&key) {
             extra.insert(key, v);
         }
     }
@@ -800,6 +1106,120 @@ mod tests {
                 check(kind, &tree).is_ok(),
                 "{kind} {text}"
             );
+        }
+    }
+
+    /// The repair on a payload's text gives the very bytes the repair on its tree gives,
+    /// for every kind of repair: fields moved to `metadata.extra` (with or without
+    /// metadata, metadata that has `extra` or `invalid` already), `taskId` and `agentId`
+    /// filled, `invalid.<type>` with its reason, keys with escapes, and nothing to do.
+    #[test]
+    fn repair_on_the_text_is_repair_on_the_tree() {
+        let payloads = [
+            ("text_delta", r#"{"agentId":"a","content":"c","index":1}"#),
+            (
+                "text_delta",
+                r#"{"agentId":"a","content":"c","seq":1,"t0":99}"#,
+            ),
+            (
+                "text_delta",
+                r#"{"seq":1,"agentId":"a","content":"c","index":2}"#,
+            ),
+            ("text_delta", r#"{"content":"c"}"#),
+            ("text_delta", r#"{"agentId":"a","text":"c","t0":1}"#),
+            ("text_delta", r#"{"agentId":"a","content":7,"index":"x"}"#),
+            (
+                "text_delta",
+                r#"{"agentId":"a","content":"c","contentType":"html"}"#,
+            ),
+            ("text_delta", r#"{"agent\nId":"a","content":"c"}"#),
+            ("text_delta", r#"{}"#),
+            ("completion", r#"{"success":true}"#),
+            ("completion", r#"{"success":true,"extraField":{"a":[1,2]}}"#),
+            ("completion", r#"{"taskId":5,"success":true}"#),
+            (
+                "agent_state_change",
+                r#"{"agentId":"a","from":"idle","to":"flying"}"#,
+            ),
+            (
+                "token_usage",
+                r#"{"promptTokens":1,"completionTokens":2.5,"cost":-1}"#,
+            ),
+            (
+                "error",
+                r#"{"message":"m","severity":"warning","agentId":null}"#,
+            ),
+            (
+                "tool_result",
+                r#"{"toolName":"t","agentId":"a","success":false}"#,
+            ),
+            ("user.click", r#"{"target":"b","position":{"x":1}}"#),
+            ("midi.note_on", r#"{"anything":1}"#),
+        ];
+        let metadatas = [
+            None,
+            Some("{}"),
+            Some(r#"{"t0":1}"#),
+            Some(r#"{"extra":{"x":1}}"#),
+            Some(r#"{"invalid":"before"}"#),
+        ];
+        let object = |text: &str| serde_json::from_str::<Object>(text).unwrap();
+        for (kind, payload) in payloads {
+            for metadata in metadatas {
+                for correlation in [None, Some("run-1")] {
+                    let make = |as_text: bool| Signal {
+                        id: "i".into(),
+                        kind: kind.into(),
+                        timestamp: 1,
+                        source: "x:y".into(),
+                        correlation_id: correlation.map(Into::into),
+                        metadata: metadata.map(|m| match as_text {
+                            true => LazyObject::from_json(m).unwrap(),
+                            false => object(m).into(),
+                        }),
+                        payload: match as_text {
+                            true => LazyObject::from_json(payload).unwrap(),
+                            false => object(payload).into(),
+                        },
+                    };
+                    let (mut text, mut tree) = (make(true), make(false));
+                    let case = format!("{kind} {payload} {metadata:?} {correlation:?}");
+                    assert_eq!(repair(&mut text), repair(&mut tree), "{case}");
+                    assert_eq!(text.to_json(), tree.to_json(), "{case}");
+                    patchbay_testkit::assert_schema_valid(&text.to_value());
+                }
+            }
+        }
+    }
+
+    /// The usual repairs leave the payload as text: nothing downstream builds its tree.
+    #[test]
+    fn the_usual_repairs_keep_the_text() {
+        for (kind, payload) in [
+            (
+                "text_delta",
+                r#"{"agentId":"a","content":"c","seq":1,"t0":99}"#,
+            ),
+            ("text_delta", r#"{"content":"c"}"#),
+            ("text_delta", r#"{"agentId":"a","text":"c"}"#),
+            ("completion", r#"{"success":true}"#),
+        ] {
+            let mut s = Signal {
+                id: "i".into(),
+                kind: kind.into(),
+                timestamp: 1,
+                source: "x:y".into(),
+                correlation_id: Some("run-1".into()),
+                metadata: Some(LazyObject::from_json(r#"{"t0":1}"#).unwrap()),
+                payload: LazyObject::from_json(payload).unwrap(),
+            };
+            assert!(repair(&mut s));
+            assert!(s.payload.raw_json().is_some(), "{payload}");
+            assert!(
+                s.metadata.as_ref().unwrap().raw_json().is_some(),
+                "{payload}"
+            );
+            assert!(!s.payload.is_parsed(), "{payload}");
         }
     }
 
