@@ -127,6 +127,8 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_webhook::ADAPTER,
     #[cfg(feature = "nats")]
     &patchbay_nats::ADAPTER,
+    #[cfg(feature = "osc")]
+    &patchbay_osc::ADAPTER,
 ];
 
 /// Why `type = "midi"` is refused by a build without the `midi` feature.
