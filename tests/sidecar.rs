@@ -312,6 +312,68 @@ async fn token_is_required_and_tap_prints_signals() {
     assert_eq!(signal["metadata"]["seq"], 1);
 }
 
+/// A daemon whose finite `file` source has finished while its sidecar serves is `ok`, with
+/// the source `done`, in `/health`, `/metrics`, and what `patchbay tap` says on connecting
+/// (the status page draws the same `overall`: tests/status_page.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_file_source_leaves_the_daemon_serving_everywhere_it_says_so() {
+    let port = free_port();
+    let (_dir, config) = temp_file(
+        "done.toml",
+        &format!(
+            "[sources.scenario]\ntype = \"file\"\npath = \"{}/tests/fixtures/sajou/emitter-scenario-multi-agent.jsonl\"\nformat = \"scenario\"\nspeed = 0\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"scenario\"]\nlisten = \"127.0.0.1:{port}\"\n",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    );
+    let _daemon = start(&["run", config.to_str().unwrap()], Stdio::null());
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let health = tokio::task::spawn_blocking(move || {
+        wait_ready(addr);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, body) = http(addr, "GET", "/health", &[], b"").expect("health");
+            let health: Value = serde_json::from_str(&body).expect("JSON");
+            if health["done"] == json!(["scenario"]) {
+                return health;
+            }
+            assert!(Instant::now() < deadline, "the file never finished: {health}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(health["serving"], true, "{health}");
+    assert!(health.get("failed").is_none(), "{health}");
+
+    let metrics = tokio::task::spawn_blocking(move || http(addr, "GET", "/metrics", &[], b""))
+        .await
+        .unwrap()
+        .expect("metrics");
+    let metrics = metrics.1;
+    assert!(metrics.contains("patchbay_status{status=\"ok\"} 1\n"), "{metrics}");
+    assert!(metrics.contains("patchbay_status{status=\"stopped\"} 0\n"), "{metrics}");
+    assert!(metrics.contains("patchbay_serving 1\n"), "{metrics}");
+
+    let mut tap = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .args(["tap", &format!("ws://{addr}/ws"), "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tap starts");
+    let stderr = tap.stderr.take().unwrap();
+    let said = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stderr).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let _ = tap.kill();
+    let _ = tap.wait();
+    assert!(said.contains("ok (done: scenario)"), "{said}");
+}
+
 #[test]
 fn non_loopback_listen_without_token_is_a_config_error() {
     let (_dir, config) = temp_file(

@@ -256,6 +256,11 @@ async fn the_status_page_is_live_in_a_browser() {
         "document.querySelector('[data-node=\"feed\"]').getAttribute('class') === 'node ok'",
     )
     .await;
+    page.wait_for(
+        "the overall status ok",
+        "document.getElementById('overall').textContent === 'ok'",
+    )
+    .await;
 
     // A posted signal appears in the live tail, without a reload.
     let answer = post(
@@ -286,6 +291,12 @@ async fn the_status_page_is_live_in_a_browser() {
     page.wait_for(
         "the failure in the table",
         "document.querySelector('tr[data-component=\"feed\"]').dataset.state === 'failed'",
+    )
+    .await;
+    // The daemon as a whole, as /health says it: degraded, and which component failed.
+    page.wait_for(
+        "the overall status degraded",
+        "document.getElementById('overall').textContent === 'degraded (failed: feed)'",
     )
     .await;
     page.screenshot("status-page-failed.png").await;

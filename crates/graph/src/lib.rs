@@ -38,4 +38,4 @@ pub use filter::{ClockKind, Emit, Filter, FilterSpec, Port};
 pub use link_ends::LinkEnds;
 pub use queue::{SignalQueue, WhenFull};
 pub use registry::{Declaration, DiscoveryExpander, DiscoveryExpansion, OutputKind, Registry};
-pub use telemetry::{ComponentStats, HealthState, Telemetry};
+pub use telemetry::{ComponentStats, HealthState, Overall, OverallStatus, Telemetry};

@@ -24,6 +24,123 @@ pub enum HealthState {
     Stopped,
 }
 
+/// The daemon as a whole, from its components' states: whether it serves, and which
+/// components are done, failed, recovering or starting. `/health`, `/metrics`, the status
+/// page and `patchbay tap` all say this one thing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Overall {
+    /// The one word: see [`OverallStatus`].
+    pub status: OverallStatus,
+    /// Whether at least one component is working (`ok`): the daemon serves, maybe in part.
+    pub serving: bool,
+    /// Components that finished (a finite source at its end): not a fault.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub done: Vec<String>,
+    /// Components that gave up and need the user.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+    /// Components that lost their peer or device and are trying again.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recovering: Vec<String>,
+    /// Components not running yet.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub starting: Vec<String>,
+}
+
+/// The overall status word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverallStatus {
+    /// Every component still running works (those that finished are `done`).
+    Ok,
+    /// Some components are still starting, none is failing.
+    Starting,
+    /// Some components failed or are recovering; others work or are on their way.
+    Degraded,
+    /// Some components failed and none works or is on its way.
+    Failed,
+    /// Every component finished or shut down.
+    Stopped,
+}
+
+impl OverallStatus {
+    /// Every status, in the order `/metrics` lists them.
+    pub const ALL: [OverallStatus; 5] = [
+        OverallStatus::Ok,
+        OverallStatus::Starting,
+        OverallStatus::Degraded,
+        OverallStatus::Failed,
+        OverallStatus::Stopped,
+    ];
+
+    /// The word (`ok`, `starting`, `degraded`, `failed`, `stopped`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverallStatus::Ok => "ok",
+            OverallStatus::Starting => "starting",
+            OverallStatus::Degraded => "degraded",
+            OverallStatus::Failed => "failed",
+            OverallStatus::Stopped => "stopped",
+        }
+    }
+}
+
+impl Overall {
+    /// The overall state of these components.
+    pub fn of(components: &[ComponentSnapshot]) -> Overall {
+        let names = |state: HealthState| -> Vec<String> {
+            components
+                .iter()
+                .filter(|c| c.state == state)
+                .map(|c| c.name.clone())
+                .collect()
+        };
+        let (done, failed) = (names(HealthState::Stopped), names(HealthState::Failed));
+        let (recovering, starting) = (names(HealthState::Recovering), names(HealthState::Starting));
+        let serving = components.iter().any(|c| c.state == HealthState::Ok);
+        let status = if !components.is_empty() && done.len() == components.len() {
+            OverallStatus::Stopped
+        } else if !failed.is_empty() || !recovering.is_empty() {
+            if serving || !recovering.is_empty() || !starting.is_empty() {
+                OverallStatus::Degraded
+            } else {
+                OverallStatus::Failed
+            }
+        } else if !starting.is_empty() {
+            OverallStatus::Starting
+        } else {
+            OverallStatus::Ok
+        };
+        Overall {
+            status,
+            serving,
+            done,
+            failed,
+            recovering,
+            starting,
+        }
+    }
+
+    /// A line that says it (`ok`, `degraded (failed: bus; done: replay)`).
+    pub fn summary(&self) -> String {
+        let lists = [
+            ("failed", &self.failed),
+            ("recovering", &self.recovering),
+            ("starting", &self.starting),
+            ("done", &self.done),
+        ];
+        let parts: Vec<String> = lists
+            .iter()
+            .filter(|(_, names)| !names.is_empty())
+            .map(|(what, names)| format!("{what}: {}", names.join(", ")))
+            .collect();
+        match parts.is_empty() {
+            true => self.status.as_str().to_owned(),
+            false => format!("{} ({})", self.status.as_str(), parts.join("; ")),
+        }
+    }
+}
+
 /// What kind of node a component is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -331,6 +448,11 @@ impl Telemetry {
         self.components().iter().map(|c| c.snapshot()).collect()
     }
 
+    /// The daemon as a whole (see [`Overall`]).
+    pub fn overall(&self) -> Overall {
+        Overall::of(&self.snapshot())
+    }
+
     /// A snapshot of the component named `name` (`ui`, `ui.inbound`), if the graph has one:
     /// how a program (or a test) reads one component's health and counters.
     pub fn component(&self, name: &str) -> Option<ComponentSnapshot> {
@@ -443,6 +565,24 @@ impl Telemetry {
                 );
             }
         }
+        let overall = Overall::of(&snaps);
+        let _ = writeln!(
+            out,
+            "# HELP patchbay_status The daemon's overall status: 1 for the one it is in (ok, starting, degraded, failed, stopped).\n# TYPE patchbay_status gauge"
+        );
+        for status in OverallStatus::ALL {
+            let _ = writeln!(
+                out,
+                "patchbay_status{{status=\"{}\"}} {}",
+                status.as_str(),
+                u8::from(status == overall.status)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP patchbay_serving Whether the daemon serves: 1 when at least one component works.\n# TYPE patchbay_serving gauge\npatchbay_serving {}",
+            u8::from(overall.serving)
+        );
         let _ = writeln!(
             out,
             "# HELP patchbay_up Component health: 1 when ok, 0 otherwise.\n# TYPE patchbay_up gauge"
@@ -481,4 +621,92 @@ fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(states: &[(&str, HealthState)]) -> Overall {
+        let snaps: Vec<ComponentSnapshot> = states
+            .iter()
+            .map(|(name, state)| {
+                let stats = ComponentStats::new(*name, "t", Role::Source);
+                stats.set_state(*state, None);
+                stats.snapshot()
+            })
+            .collect();
+        Overall::of(&snaps)
+    }
+
+    #[test]
+    fn a_finished_source_beside_a_serving_sidecar_is_done_not_stopped() {
+        use HealthState::*;
+        let overall = graph(&[("replay", Stopped), ("ui", Ok)]);
+        assert_eq!(overall.status, OverallStatus::Ok);
+        assert!(overall.serving);
+        assert_eq!(overall.done, ["replay"]);
+        assert_eq!(overall.summary(), "ok (done: replay)");
+    }
+
+    #[test]
+    fn each_mix_of_states_has_its_word() {
+        use HealthState::*;
+        let cases: [(&[(&str, HealthState)], OverallStatus, bool); 9] = [
+            (&[], OverallStatus::Ok, false),
+            (&[("a", Ok), ("b", Ok)], OverallStatus::Ok, true),
+            (&[("a", Ok), ("b", Starting)], OverallStatus::Starting, true),
+            (
+                &[("a", Ok), ("b", Recovering)],
+                OverallStatus::Degraded,
+                true,
+            ),
+            (&[("a", Ok), ("b", Failed)], OverallStatus::Degraded, true),
+            (&[("a", Recovering)], OverallStatus::Degraded, false),
+            (
+                &[("a", Failed), ("b", Stopped)],
+                OverallStatus::Failed,
+                false,
+            ),
+            (
+                &[("a", Failed), ("b", Starting)],
+                OverallStatus::Degraded,
+                false,
+            ),
+            (
+                &[("a", Stopped), ("b", Stopped)],
+                OverallStatus::Stopped,
+                false,
+            ),
+        ];
+        for (states, status, serving) in cases {
+            let overall = graph(states);
+            assert_eq!(
+                (overall.status, overall.serving),
+                (status, serving),
+                "{states:?}"
+            );
+        }
+        let overall = graph(&[("bus", Failed), ("ui", Ok), ("replay", Stopped)]);
+        assert_eq!(overall.summary(), "degraded (failed: bus; done: replay)");
+    }
+
+    #[test]
+    fn metrics_say_the_overall_status() {
+        let mut telemetry = Telemetry::default();
+        let done = telemetry.register(ComponentStats::new("replay", "file", Role::Source));
+        done.set_state(HealthState::Stopped, None);
+        let ui = telemetry.register(ComponentStats::new("ui", "sidecar", Role::Output));
+        ui.set_state(HealthState::Ok, None);
+        let text = telemetry.prometheus();
+        assert!(
+            text.contains("patchbay_status{status=\"ok\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("patchbay_status{status=\"stopped\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("patchbay_serving 1\n"), "{text}");
+    }
 }

@@ -79,6 +79,12 @@ impl AppState {
         HeaderValue::from_str(&self.epoch).unwrap_or(HeaderValue::from_static("0"))
     }
 
+    /// The `X-Patchbay-Status` header value: the overall state now (`None` when a component
+    /// name cannot be sent in a header).
+    fn status_header(&self) -> Option<HeaderValue> {
+        HeaderValue::from_str(&self.telemetry.overall().summary()).ok()
+    }
+
     /// Logs and counts a WebSocket protocol violation by the client at `peer`.
     fn ws_violation(&self, peer: SocketAddr, what: &str) {
         self.ws_violations.fetch_add(1, Ordering::Relaxed);
@@ -341,6 +347,7 @@ async fn ws_handler(
         return error(StatusCode::SERVICE_UNAVAILABLE, "the sidecar is stopping");
     };
     let epoch = state.epoch_header();
+    let status = state.status_header();
     tokio::spawn(async move {
         // The connection is ours once hyper has sent the 101 below.
         let Ok(upgraded) = upgrade.await else {
@@ -356,6 +363,9 @@ async fn ws_handler(
     headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
     headers.insert(crate::EPOCH_HEADER, epoch);
+    if let Some(status) = status {
+        headers.insert(crate::STATUS_HEADER, status);
+    }
     response
 }
 
@@ -730,9 +740,11 @@ async fn sse_handler(
         body,
     )
         .into_response();
-    response
-        .headers_mut()
-        .insert(crate::EPOCH_HEADER, state.epoch_header());
+    let headers = response.headers_mut();
+    headers.insert(crate::EPOCH_HEADER, state.epoch_header());
+    if let Some(status) = state.status_header() {
+        headers.insert(crate::STATUS_HEADER, status);
+    }
     response
 }
 
@@ -858,9 +870,10 @@ fn retry_after(settings: &Settings) -> HeaderValue {
     HeaderValue::from_str(&secs.to_string()).unwrap_or(HeaderValue::from_static("1"))
 }
 
-/// `GET /health`: the overall status (`ok` when every component is, else the worst
-/// state: `failed`, `recovering`, `starting`, `stopped`), and, with the token when one is
-/// configured, the detail: every component, the seq, the epoch, the clients.
+/// `GET /health`: the overall status (see [`patchbay_graph::Overall`]: `ok`, `starting`,
+/// `degraded`, `failed` or `stopped`) and whether the daemon serves, and, with the token
+/// when one is configured, the detail: which components are done, failed, recovering or
+/// starting, every component, the seq, the epoch, the clients.
 async fn health(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -868,14 +881,15 @@ async fn health(
 ) -> Response {
     let token = query.ok().and_then(|Query(q)| q.token);
     let components = state.telemetry.snapshot();
-    let status = overall(components.iter().map(|c| c.state));
+    let overall = patchbay_graph::Overall::of(&components);
     if !has_token(&state, &headers, token.as_deref()) {
         // Without the token, nothing but whether it is up: names, addresses and errors
         // can tell an outsider too much.
-        return axum::Json(json!({"status": status})).into_response();
+        return axum::Json(json!({"status": overall.status, "serving": overall.serving}))
+            .into_response();
     }
-    axum::Json(json!({
-        "status": status,
+    let mut body = json!(overall);
+    let detail = json!({
         "sidecar": state.name,
         "listen": state.local.to_string(),
         "epoch": state.epoch,
@@ -883,27 +897,11 @@ async fn health(
         "seq": state.hub.last_seq(),
         "clients": state.hub.client_count(),
         "components": components,
-    }))
-    .into_response()
-}
-
-/// The overall status of a graph: its worst component state.
-fn overall(states: impl Iterator<Item = patchbay_graph::HealthState>) -> &'static str {
-    use patchbay_graph::HealthState as S;
-    let rank = |s: S| match s {
-        S::Ok => 0,
-        S::Stopped => 1,
-        S::Starting => 2,
-        S::Recovering => 3,
-        S::Failed => 4,
-    };
-    match states.max_by_key(|s| rank(*s)) {
-        None | Some(S::Ok) => "ok",
-        Some(S::Stopped) => "stopped",
-        Some(S::Starting) => "starting",
-        Some(S::Recovering) => "recovering",
-        Some(S::Failed) => "failed",
+    });
+    if let (Some(body), serde_json::Value::Object(detail)) = (body.as_object_mut(), detail) {
+        body.extend(detail);
     }
+    axum::Json(body).into_response()
 }
 
 async fn metrics(

@@ -66,6 +66,11 @@ pub use tap::{DEFAULT_TAP_URL, TapError, TapOptions, tap};
 /// The response header that names a sidecar's epoch (see the crate's documentation).
 pub const EPOCH_HEADER: &str = "x-patchbay-epoch";
 
+/// The response header of a WebSocket or SSE connection that says the daemon's overall
+/// state when it connected ([`patchbay_graph::Overall::summary`]: `ok (done: replay)`),
+/// for clients such as `patchbay tap` that have no other request to make.
+pub const STATUS_HEADER: &str = "x-patchbay-status";
+
 /// The output type name in configs.
 pub const TYPE_NAME: &str = "sidecar";
 

@@ -36,6 +36,7 @@ fn status_json(state: &AppState) -> String {
         "listen": state.local.to_string(),
         "seq": state.hub.last_seq(),
         "clients": state.hub.client_count(),
+        "overall": state.telemetry.overall(),
         "components": state.telemetry.snapshot(),
         "approvals": state.telemetry.approvals().pending(),
     })
@@ -98,7 +99,7 @@ h2{font-size:.95em;margin:.2em 0 .6em;color:#57606a;text-transform:uppercase;let
 table{border-collapse:collapse;width:100%}td,th{padding:.25em .5em;border-bottom:1px solid #eaeef2;text-align:left;vertical-align:top}
 th{font-weight:600;color:#57606a;font-size:.9em}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .state{font-weight:600}.state.ok{color:var(--ok)}.state.failed{color:var(--failed)}.state.recovering{color:var(--recovering)}
-.state.starting,.state.stopped{color:var(--starting)}.detail{color:#57606a;font-size:.9em;word-break:break-word}
+.state.starting,.state.stopped{color:var(--starting)}.state.degraded{color:var(--recovering)}.detail{color:#57606a;font-size:.9em;word-break:break-word}
 #components{grid-column:1/2}#tailbox{grid-column:2/3;grid-row:1/3;display:flex;flex-direction:column;max-height:calc(100vh - 6em)}
 #tailbar{display:flex;gap:.5em;margin-bottom:.5em}#tailbar input{flex:1;font:inherit;padding:.2em .4em}
 #tail{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;overflow:auto;flex:1;margin:0;list-style:none;padding:0}
@@ -109,7 +110,7 @@ th{font-weight:600;color:#57606a;font-size:.9em}td.n{text-align:right;font-varia
 #approvals code{font-size:12px;word-break:break-all}#approvals .none{color:#57606a}
 #approvals button{font:inherit;padding:.1em .8em}button.allow{color:var(--ok)}button.deny{color:var(--failed)}
 </style></head><body>
-<header><h1>patchbay <code>{{NAME}}</code></h1><span id="where"></span><span id="seq"></span>
+<header><h1>patchbay <code>{{NAME}}</code></h1><span id="overall" class="state"></span><span id="where"></span><span id="seq"></span>
 <span id="conn" class="down">connecting…</span></header>
 <main>
 <section id="approvals"><h2>Approvals waiting</h2><ol id="pending"><li class="none">nothing waits</li></ol></section>
@@ -255,6 +256,11 @@ function connectStatus() {
     $("conn").textContent = "live"; $("conn").className = "live";
     $("where").innerHTML = `<code>${esc(status.listen)}</code> · ${status.clients} client(s)`;
     $("seq").textContent = "seq " + status.seq;
+    // The daemon as a whole, as /health says it: its word, and which components are not working.
+    const o = status.overall, lists = ["failed", "recovering", "starting", "done"]
+      .filter((k) => (o[k] || []).length).map((k) => `${k}: ${o[k].join(", ")}`);
+    $("overall").textContent = o.status + (lists.length ? ` (${lists.join("; ")})` : "");
+    $("overall").className = "state " + o.status;
     drawGraph(status.components);
     drawTable(status.components, now);
     drawApprovals(status.approvals || []);

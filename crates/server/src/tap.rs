@@ -104,6 +104,12 @@ pub async fn tap<W: Write + Send>(
                     since = since.map(|_| 0);
                 }
                 epoch = now;
+                if let Some(status) = response
+                    .get(crate::STATUS_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                {
+                    note(&format!("{shown}: {status}"));
+                }
                 ws
             }
             Err(e) if connected_once && e.is_retryable() => {
