@@ -498,8 +498,9 @@ async fn with_patchbay_down_claude_code_runs_as_usual() {
 }
 
 /// Claude Code's own OpenTelemetry export (`CLAUDE_CODE_ENABLE_TELEMETRY=1`) into an `otlp`
-/// source, over OTLP/HTTP JSON and protobuf: its prompt, tool result and token usage arrive
-/// as signals whose `agentId` is the session.
+/// source, over OTLP/HTTP JSON and protobuf (to `listen`) and OTLP/gRPC (to
+/// `grpc_listen`): its prompt, tool result and token usage arrive as signals whose
+/// `agentId` is the session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn its_opentelemetry_export_arrives_as_signals() {
     let Some(claude) = claude_binary() else {
@@ -509,12 +510,12 @@ async fn its_opentelemetry_export_arrives_as_signals() {
     let project = dir.join("project");
     std::fs::create_dir_all(&project).unwrap();
     let (model, _) = start_model().await;
-    let (ui_port, otlp_port) = (free_port(), free_port());
+    let (ui_port, otlp_port, grpc_port) = (free_port(), free_port(), free_port());
     let config = dir.join("otel.toml");
     std::fs::write(
         &config,
         format!(
-            "[sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{otlp_port}\"\n\n\
+            "[sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{otlp_port}\"\ngrpc_listen = \"127.0.0.1:{grpc_port}\"\n\n\
              [outputs.ui]\ntype = \"sidecar\"\ninputs = [\"otel\"]\nlisten = \"127.0.0.1:{ui_port}\"\n"
         ),
     )
@@ -532,13 +533,19 @@ async fn its_opentelemetry_export_arrives_as_signals() {
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", ui_port)).is_err()
         || std::net::TcpStream::connect(("127.0.0.1", otlp_port)).is_err()
+        || std::net::TcpStream::connect(("127.0.0.1", grpc_port)).is_err()
     {
         assert!(Instant::now() < deadline, "patchbay did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
     let seen = ui(ui_port, Arc::new(Mutex::new("allow"))).await;
-    for protocol in ["http/json", "http/protobuf"] {
+    for protocol in ["http/json", "http/protobuf", "grpc"] {
         seen.lock().unwrap().clear();
+        let port = if protocol == "grpc" {
+            grpc_port
+        } else {
+            otlp_port
+        };
         let env = [
             ("DISABLE_TELEMETRY", String::new()),
             ("CLAUDE_CODE_ENABLE_TELEMETRY", "1".to_owned()),
@@ -547,7 +554,7 @@ async fn its_opentelemetry_export_arrives_as_signals() {
             ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.to_owned()),
             (
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://127.0.0.1:{otlp_port}"),
+                format!("http://127.0.0.1:{port}"),
             ),
             ("OTEL_LOGS_EXPORT_INTERVAL", "1000".to_owned()),
             ("OTEL_METRIC_EXPORT_INTERVAL", "1000".to_owned()),

@@ -664,7 +664,7 @@ async fn its_opentelemetry_export_arrives_as_signals() {
     std::fs::write(
         &config,
         format!(
-            "[sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{otlp_port}\"\n\n\
+            "[sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{otlp_port}\"\ngrpc_listen = \"\"\n\n\
              [outputs.ui]\ntype = \"sidecar\"\ninputs = [\"otel\"]\nlisten = \"127.0.0.1:{ui_port}\"\n"
         ),
     )

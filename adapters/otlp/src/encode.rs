@@ -17,7 +17,9 @@
 //! - a `task_dispatch` and the later `completion` with the same `taskId` → an
 //!   `invoke_agent {agent}` span (`gen_ai.operation.name = "invoke_agent"`,
 //!   `gen_ai.agent.id`: the dispatch's `to`, else the completion's `agentId`,
-//!   `patchbay.task.id`), status ERROR when `success` is false.
+//!   `patchbay.task.id`), status ERROR when `success` is false; a tool call made while a
+//!   task of the same trace is open (the same correlation id) is its child
+//!   (`parentSpanId`).
 //!
 //! Open calls and tasks wait in bounded tables ([`MAX_OPEN`] each, the oldest forgotten
 //! first). Ids are deterministic: the trace id is a hash of the signal's correlation id
@@ -68,6 +70,8 @@ struct Open {
     agent: Option<String>,
     /// The tool call's arguments, or the task's description.
     detail: Option<Value>,
+    /// The span of the task a tool call was made in.
+    parent: Option<String>,
 }
 
 /// A table of open calls or tasks, bounded: the oldest is forgotten first.
@@ -173,13 +177,22 @@ impl Encoder {
         match &*signal.kind {
             "tool_call" => {
                 if let Some(call) = text("callId") {
+                    let trace_id = trace_id(signal, &call);
+                    // A task of the same trace (correlation) is open: the call is made in it.
+                    let parent = self
+                        .tasks
+                        .open
+                        .values()
+                        .find(|task| task.trace_id == trace_id)
+                        .map(|task| task.span_id.clone());
                     let open = Open {
                         start_ns: time,
-                        trace_id: trace_id(signal, &call),
+                        trace_id,
                         span_id: span_id("tool", &call),
                         name: text("toolName").unwrap_or_default(),
                         agent: agent.clone(),
                         detail: payload.get("input").cloned(),
+                        parent,
                     };
                     ids = Some((open.trace_id.clone(), open.span_id.clone()));
                     self.calls.insert(call, open);
@@ -202,6 +215,7 @@ impl Encoder {
                         name: String::new(),
                         agent: text("to"),
                         detail: payload.get("description").cloned(),
+                        parent: None,
                     };
                     ids = Some((open.trace_id.clone(), open.span_id.clone()));
                     self.tasks.insert(task, open);
@@ -293,7 +307,7 @@ fn tool_span(open: Open, call: &str, payload: &Object, end: u64) -> Span {
     Span {
         trace_id: Some(open.trace_id),
         span_id: Some(open.span_id),
-        parent_span_id: None,
+        parent_span_id: open.parent,
         name: format!("execute_tool {}", open.name).trim_end().to_owned(),
         kind: SPAN_KIND_INTERNAL,
         start_time_unix_nano: open.start_ns,
@@ -824,6 +838,44 @@ mod tests {
         let again = Encoder::new("svc").encode(&pair());
         assert_eq!(again.traces, out.traces);
         assert_eq!(e.open(), (0, 0));
+    }
+
+    #[test]
+    fn a_tool_call_in_an_open_task_of_its_trace_is_its_child() {
+        let mut e = Encoder::new("svc");
+        let task = signal(
+            "task_dispatch",
+            json!({"taskId": "t1", "from": "user", "to": "coder"}),
+            1000,
+        )
+        .correlated("run-1");
+        let mut batch = vec![task];
+        batch.extend(pair());
+        // Another trace's call is not.
+        batch.push(
+            signal(
+                "tool_call",
+                json!({"toolName": "Read", "callId": "c2"}),
+                1_700_000_002_000,
+            )
+            .correlated("run-2"),
+        );
+        batch.push(signal(
+            "tool_result",
+            json!({"toolName": "Read", "callId": "c2"}),
+            1_700_000_003_000,
+        ));
+        let out = e.encode(&batch);
+        let spans = &out.traces.expect("spans").resources[0].scopes[0].items;
+        let task_span = span_id("task", "t1");
+        assert_eq!(spans[0].name, "execute_tool Bash");
+        assert_eq!(spans[0].parent_span_id.as_deref(), Some(task_span.as_str()));
+        assert_eq!(spans[1].name, "execute_tool Read");
+        assert_eq!(spans[1].parent_span_id, None);
+        let done = e.encode(&[signal("completion", json!({"taskId": "t1"}), 5000)]);
+        let agent = &done.traces.expect("a span").resources[0].scopes[0].items[0];
+        assert_eq!(agent.span_id.as_deref(), Some(task_span.as_str()));
+        assert_eq!(agent.trace_id, spans[0].trace_id);
     }
 
     #[test]

@@ -1,18 +1,26 @@
 //! The `otlp` output (`[outputs.NAME] type = "otlp"`, [`OtlpExporterConfig`]): signals
-//! exported as OTLP/HTTP to any OTLP receiver (the OpenTelemetry Collector, Jaeger,
-//! Langfuse, Phoenix, another patchbay's `otlp` source), as the OpenTelemetry SDKs'
-//! exporters send them.
+//! exported as OTLP/HTTP or OTLP/gRPC to any OTLP receiver (the OpenTelemetry Collector,
+//! Jaeger, Langfuse, Phoenix, another patchbay's `otlp` source), as the OpenTelemetry
+//! SDKs' exporters send them.
 //!
 //! Signals are batched (`batch_max`, `batch_timeout_ms`), encoded by
 //! [`Encoder`] (a log record per signal; `execute_tool` and
-//! `invoke_agent` spans for tool calls and tasks) and POSTed to `{endpoint}/v1/logs` and,
-//! when the batch completed spans, `{endpoint}/v1/traces`, as protobuf or JSON, gzipped
-//! if asked. A request answered 429, 502, 503 or 504, timed out or not connected is
-//! retried with capped exponential backoff (a `Retry-After` in seconds is waited, up to
-//! `backoff_max_ms`); any other answer that is not a success refuses the batch: it is
-//! dropped, counted as refused with the receiver's reason, and not retried. Delivery
-//! counts the signals of the logs request. The endpoint's credentials and secret query
-//! parameters and the headers' values never appear in logs or health details.
+//! `invoke_agent` spans for tool calls and tasks) and sent as logs and, when the batch
+//! completed spans, as traces: POSTed to `{endpoint}/v1/logs` and `{endpoint}/v1/traces`
+//! as protobuf or JSON (`http/protobuf`, `http/json`), or called as the `Export` methods
+//! of the collector's `LogsService` and `TraceService` over HTTP/2 (`grpc`, [`grpc`]
+//! on the wire), gzipped if asked.
+//!
+//! Retried with capped exponential backoff: a request answered 429, 502, 503 or 504
+//! (after at least its `Retry-After`, in seconds or an HTTP date, up to
+//! `backoff_max_ms`), a gRPC call ended with a status the OpenTelemetry specification
+//! calls retryable (`UNAVAILABLE`, `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`,
+//! `OUT_OF_RANGE`, `DATA_LOSS`, and `RESOURCE_EXHAUSTED` when its `RetryInfo` says when;
+//! its delay waited likewise), a timeout, no connection. Any other answer that is not a
+//! success refuses the request: it is dropped, not retried, and each of its signals (a
+//! traces request: each of its spans) is counted as refused with the receiver's reason.
+//! Delivery counts the signals of the logs request. The endpoint's credentials and secret
+//! query parameters and the headers' values never appear in logs or health details.
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -27,8 +35,11 @@ use patchbay_transport::{
 use serde::Deserialize;
 
 use crate::encode::{Encoder, logs_json, logs_protobuf, traces_json, traces_protobuf};
+use crate::grpc;
+use crate::model::Traces;
 
-/// `[outputs.NAME] type = "otlp"`: signals to an OTLP/HTTP receiver.
+/// `[outputs.NAME] type = "otlp"`: signals to an OTLP receiver, over OTLP/HTTP or
+/// OTLP/gRPC.
 ///
 /// ```toml
 /// [outputs.otel]
@@ -43,18 +54,22 @@ use crate::encode::{Encoder, logs_json, logs_protobuf, traces_json, traces_proto
 #[serde(deny_unknown_fields)]
 pub struct OtlpExporterConfig {
     /// The receiver's base URL, `http://` or `https://` (default
-    /// `http://127.0.0.1:4318`); `/v1/logs` and `/v1/traces` are appended to its path, as
-    /// the OTLP exporters do with `OTEL_EXPORTER_OTLP_ENDPOINT`.
-    #[serde(default = "default_endpoint")]
-    pub endpoint: String,
-    /// `http/protobuf` (default) or `http/json`. `grpc` is not supported: only OTLP/HTTP.
+    /// `http://127.0.0.1:4318`, with `grpc` `http://127.0.0.1:4317`). Over HTTP,
+    /// `/v1/logs` and `/v1/traces` are appended to its path, as the OTLP exporters do with
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`; over gRPC its path is not used (the calls go to
+    /// `/opentelemetry.proto.collector.logs.v1.LogsService/Export` and the trace
+    /// service's), and `http://` means HTTP/2 without TLS.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// `http/protobuf` (default), `http/json` or `grpc`.
     #[serde(default)]
     pub protocol: Protocol,
-    /// Headers sent with every request (`Authorization = "Bearer ${TOKEN}"`); their
-    /// values are never logged.
+    /// Headers sent with every request (`Authorization = "Bearer ${TOKEN}"`; gRPC metadata
+    /// with `grpc`); their values are never logged.
     #[serde(default)]
     pub headers: Headers,
-    /// Compress request bodies with gzip (`Content-Encoding: gzip`). Default false.
+    /// Compress request bodies with gzip (`Content-Encoding: gzip`; with `grpc`, the
+    /// message, `grpc-encoding: gzip`). Default false.
     #[serde(default)]
     pub gzip: bool,
     /// The most signals in one export (default 512, at least 1).
@@ -64,14 +79,15 @@ pub struct OtlpExporterConfig {
     /// (default 1000; 0: send what is waiting at once).
     #[serde(default = "default_batch_timeout_ms")]
     pub batch_timeout_ms: u64,
-    /// How long one request may take, in ms (default 10000), before it is retried.
+    /// How long one request may take, in ms (default 10000), before it is retried (with
+    /// `grpc`, also the call's `grpc-timeout`).
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     /// The first delay between retries, in ms (default 1000), doubled each retry.
     #[serde(default = "default_backoff_initial_ms")]
     pub backoff_initial_ms: u64,
     /// The longest delay between retries, in ms (default 30000); also caps a
-    /// `Retry-After`.
+    /// `Retry-After` or a gRPC `RetryInfo`.
     #[serde(default = "default_backoff_max_ms")]
     pub backoff_max_ms: u64,
     /// The resource's `service.name` (default `patchbay`).
@@ -89,13 +105,17 @@ pub enum Protocol {
     /// OTLP/JSON bodies (`application/json`).
     #[serde(rename = "http/json")]
     HttpJson,
-    /// Not supported (refused when the config is checked).
+    /// OTLP/gRPC: protobuf messages over HTTP/2 (without TLS for `http://`).
     #[serde(rename = "grpc")]
     Grpc,
 }
 
-fn default_endpoint() -> String {
-    "http://127.0.0.1:4318".into()
+/// The endpoint when the config names none: a local collector's port for the protocol.
+fn default_endpoint(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Grpc => "http://127.0.0.1:4317",
+        _ => "http://127.0.0.1:4318",
+    }
 }
 fn default_batch_max() -> usize {
     512
@@ -119,13 +139,11 @@ fn default_service_name() -> String {
 /// Builds an `otlp` output from its options.
 pub fn build(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
     let config: OtlpExporterConfig = options.parse()?;
-    if config.protocol == Protocol::Grpc {
-        return Err(options.error_at(
-            "protocol",
-            "gRPC is not supported: only OTLP/HTTP (`http/protobuf` or `http/json`, port 4318)",
-        ));
-    }
-    let base = reqwest::Url::parse(&config.endpoint)
+    let endpoint = config
+        .endpoint
+        .as_deref()
+        .unwrap_or(default_endpoint(config.protocol));
+    let base = reqwest::Url::parse(endpoint)
         .ok()
         .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
         .ok_or_else(|| options.error_at("endpoint", "expected an http:// or https:// URL"))?;
@@ -140,7 +158,11 @@ pub fn build(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
         return Err(options.error_at("timeout_ms", "must be at least 1"));
     }
     patchbay_transport::check_delays(options, config.backoff_initial_ms, config.backoff_max_ms)?;
-    let client = client_builder()
+    let builder = match config.protocol {
+        Protocol::Grpc => grpc_client_builder(base.scheme() == "https"),
+        _ => client_builder(),
+    };
+    let client = builder
         .timeout(Duration::from_millis(config.timeout_ms))
         .build()
         .map_err(|e| {
@@ -149,8 +171,13 @@ pub fn build(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
                 describe_http_error(&e)
             ))
         })?;
-    let logs = path_url(&base, "v1/logs");
-    let traces = path_url(&base, "v1/traces");
+    let (logs, traces) = match config.protocol {
+        Protocol::Grpc => (
+            method_url(&base, grpc::LOGS_METHOD),
+            method_url(&base, grpc::TRACES_METHOD),
+        ),
+        _ => (path_url(&base, "v1/logs"), path_url(&base, "v1/traces")),
+    };
     Ok(Box::new(Exporter {
         shown: RedactedUrl(base.as_str()).to_string(),
         logs,
@@ -158,6 +185,29 @@ pub fn build(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
         client,
         config,
     }))
+}
+
+/// A client for gRPC: HTTP/2 from the start (h2c for `http://`, and over TLS `h2` is the
+/// only protocol offered, as gRPC servers require).
+fn grpc_client_builder(tls: bool) -> reqwest::ClientBuilder {
+    if tls {
+        patchbay_transport::tls::install_crypto_provider();
+        if let Ok(config) = patchbay_transport::tls::client_config(None) {
+            let mut config = (*config).clone();
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            return patchbay_transport::client_builder_with(&std::sync::Arc::new(config))
+                .http2_prior_knowledge();
+        }
+    }
+    client_builder().http2_prior_knowledge()
+}
+
+/// `base` with its path and query replaced by a gRPC method's path.
+fn method_url(base: &reqwest::Url, method: &str) -> reqwest::Url {
+    let mut url = base.clone();
+    url.set_path(method);
+    url.set_query(None);
+    url
 }
 
 /// `base` with `tail` appended to its path (`http://h:4318/otel` → `http://h:4318/otel/v1/logs`).
@@ -180,8 +230,8 @@ struct Exporter {
 /// How one request ended.
 enum Attempt {
     Delivered,
-    /// Worth trying again (429, 502, 503, 504, a timeout, no connection), after at least
-    /// the receiver's `Retry-After`.
+    /// Worth trying again (429, 502, 503, 504, a retryable gRPC status, a timeout, no
+    /// connection), after at least the receiver's `Retry-After` or `RetryInfo`.
     Retry(String, Option<Duration>),
     /// The receiver refused it: trying again would not help.
     Refused(String),
@@ -196,6 +246,7 @@ impl Output for Exporter {
             while self.next_batch(&cx, &mut batch).await {
                 let encoded = encoder.encode(&batch);
                 let n = batch.len() as u64;
+                let spans = encoded.traces.as_ref().map_or(0, span_count);
                 let (logs, traces) = match self.config.protocol {
                     Protocol::HttpJson => (
                         logs_json(&encoded.logs),
@@ -218,7 +269,10 @@ impl Output for Exporter {
                 if let Some(traces) = traces
                     && let Err(reason) = self.deliver(&cx, &self.traces, traces).await
                 {
-                    tracing::warn!(output = cx.name(), endpoint = %self.shown, "OTLP receiver refused spans: {reason}");
+                    tracing::warn!(output = cx.name(), endpoint = %self.shown, "OTLP receiver refused {spans} span(s): {reason}");
+                    for _ in 0..spans {
+                        cx.refused(&reason);
+                    }
                 }
                 batch.clear();
             }
@@ -285,7 +339,8 @@ impl Exporter {
     async fn attempt(&self, url: &reqwest::Url, body: &[u8]) -> Attempt {
         let content_type = match self.config.protocol {
             Protocol::HttpJson => "application/json",
-            _ => "application/x-protobuf",
+            Protocol::HttpProtobuf => "application/x-protobuf",
+            Protocol::Grpc => return self.call(url, body).await,
         };
         let mut request = self
             .client
@@ -302,12 +357,7 @@ impl Exporter {
                 if status.is_success() {
                     return Attempt::Delivered;
                 }
-                let after = response
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
+                let after = retry_after(response.headers(), std::time::SystemTime::now());
                 let body = response.bytes().await.unwrap_or_default();
                 let reason = match status_message(&body) {
                     Some(m) => format!("HTTP {}: {m}", status.as_u16()),
@@ -322,6 +372,121 @@ impl Exporter {
             Err(e) => Attempt::Retry(describe_http_error(&e), None),
         }
     }
+}
+
+/// The number of spans in an export.
+fn span_count(traces: &Traces) -> usize {
+    traces
+        .resources
+        .iter()
+        .flat_map(|r| &r.scopes)
+        .map(|s| s.items.len())
+        .sum()
+}
+
+/// How long a `Retry-After` asks to wait: a number of seconds, or an HTTP date (the time
+/// until it, as of `now`; none if it has passed).
+fn retry_after(
+    headers: &reqwest::header::HeaderMap,
+    now: std::time::SystemTime,
+) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or_default())
+}
+
+impl Exporter {
+    /// One gRPC call (the body is the protobuf message): its status from the trailers,
+    /// or from the headers of a trailers-only answer.
+    async fn call(&self, url: &reqwest::Url, message: &[u8]) -> Attempt {
+        use http_body_util::BodyExt as _;
+        let timeout = Duration::from_millis(self.config.timeout_ms);
+        let mut request = self
+            .client
+            .post(url.clone())
+            .headers(self.config.headers.pairs().collect())
+            .header(reqwest::header::CONTENT_TYPE, "application/grpc")
+            .header(reqwest::header::TE, "trailers")
+            .header("grpc-timeout", grpc::format_timeout(timeout))
+            .body(grpc::frame(self.config.gzip, message));
+        if self.config.gzip {
+            request = request.header("grpc-encoding", "gzip");
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => return Attempt::Retry(describe_http_error(&e), None),
+        };
+        let status = response.status();
+        if status != reqwest::StatusCode::OK {
+            // Not a gRPC answer (a proxy's): mapped as gRPC clients map it.
+            let code = grpc::code_of_http(status.as_u16());
+            let after = retry_after(response.headers(), std::time::SystemTime::now());
+            let reason = format!("HTTP {} (gRPC {})", status.as_u16(), grpc::code_name(code));
+            return if grpc::retryable(code, false) {
+                Attempt::Retry(reason, after)
+            } else {
+                Attempt::Refused(reason)
+            };
+        }
+        let response: axum::http::Response<reqwest::Body> = response.into();
+        let (parts, body) = response.into_parts();
+        let collected = match body.collect().await {
+            Ok(collected) => collected,
+            Err(e) => return Attempt::Retry(describe_http_error(&e), None),
+        };
+        let trailers = collected.trailers().cloned().unwrap_or_default();
+        // A trailers-only answer carries its status in the headers.
+        let status_in = if parts.headers.contains_key("grpc-status") {
+            &parts.headers
+        } else {
+            &trailers
+        };
+        let Some(code) = status_in
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u32>().ok())
+        else {
+            return Attempt::Refused("the answer has no grpc-status".into());
+        };
+        if code == grpc::code::OK {
+            let body = collected.to_bytes();
+            if let Ok((false, answer)) = grpc::unframe(&body)
+                && let Some((rejected, why)) = grpc::partial_success(answer)
+                && rejected > 0
+            {
+                tracing::warn!(endpoint = %self.shown, "the OTLP receiver dropped {rejected} record(s): {}", clean(&why));
+            }
+            return Attempt::Delivered;
+        }
+        let message = status_in
+            .get("grpc-message")
+            .map(|v| clean(&grpc::decode_message(v.as_bytes())))
+            .filter(|m| !m.is_empty());
+        let after = status_in
+            .get("grpc-status-details-bin")
+            .and_then(|v| grpc::retry_delay(v.as_bytes()));
+        let reason = match message {
+            Some(m) => format!("gRPC {code} {}: {m}", grpc::code_name(code)),
+            None => format!("gRPC {code} {}", grpc::code_name(code)),
+        };
+        if grpc::retryable(code, after.is_some()) {
+            Attempt::Retry(reason, after)
+        } else {
+            Attempt::Refused(reason)
+        }
+    }
+}
+
+/// A receiver's text as it may be shown: no control characters, at most 200 of them.
+fn clean(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control()).take(200).collect()
 }
 
 fn gzip(body: &[u8]) -> Vec<u8> {
@@ -341,7 +506,7 @@ fn status_message(body: &[u8]) -> Option<String> {
     } else {
         String::from_utf8_lossy(body).trim().to_owned()
     };
-    let text: String = text.chars().filter(|c| !c.is_control()).take(200).collect();
+    let text = clean(&text);
     (!text.is_empty()).then_some(text)
 }
 
@@ -386,6 +551,34 @@ mod tests {
             path_url(&base, "v1/traces").as_str(),
             "https://h/otel/v1/traces?k=1"
         );
+    }
+
+    #[test]
+    fn grpc_methods_replace_the_path() {
+        let base = reqwest::Url::parse("http://h:4317/ignored?k=1").unwrap();
+        assert_eq!(
+            method_url(&base, grpc::LOGS_METHOD).as_str(),
+            "http://h:4317/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+        );
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        let of = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(RETRY_AFTER, HeaderValue::from_static(value));
+            retry_after(&headers, now)
+        };
+        assert_eq!(of("7"), Some(Duration::from_secs(7)));
+        assert_eq!(
+            of("Sun, 06 Nov 1994 08:50:07 GMT"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(of("Sun, 06 Nov 1994 08:00:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(of("soon"), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
     }
 
     #[test]

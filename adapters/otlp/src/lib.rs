@@ -8,14 +8,16 @@
 //! [`Cuts`], a body of the wrong shape a [`ModelError`]); [`OtlpDecoder`] turns the model
 //! into signals. [`parse_decoder`] reads files of OTLP/JSON bodies for `patchbay parse
 //! --protocol otlp`. The [`receiver`] (`[sources.NAME] type = "otlp"`, [`OtlpConfig`]) is
-//! an OTLP/HTTP endpoint answering as the OpenTelemetry Collector's: it hands each POSTed
-//! body to [`OtlpDecoder::decode_json`] or [`OtlpDecoder::decode_protobuf`] with the
-//! [`SignalKind`] of its path.
+//! an OTLP/HTTP and OTLP/gRPC endpoint answering as the OpenTelemetry Collector's: it
+//! hands each POSTed body, or each `Export` call's message, to
+//! [`OtlpDecoder::decode_json`] or [`OtlpDecoder::decode_protobuf`] with the
+//! [`SignalKind`] of its path or method.
 //!
 //! The other way, the [`exporter`] (`[outputs.NAME] type = "otlp"`,
-//! [`OtlpExporterConfig`]) sends signals to any OTLP/HTTP receiver: [`encode`] turns each
+//! [`OtlpExporterConfig`]) sends signals to any OTLP receiver: [`encode`] turns each
 //! signal into a log record, and tool calls and tasks into GenAI `execute_tool` and
-//! `invoke_agent` spans, written as OTLP/JSON or protobuf.
+//! `invoke_agent` spans, written as OTLP/JSON or protobuf, POSTed over HTTP or called
+//! over gRPC. [`grpc`] is OTLP/gRPC on the wire, for both.
 //!
 //! # Signals
 //!
@@ -73,6 +75,7 @@
 mod decode;
 pub mod encode;
 pub mod exporter;
+pub mod grpc;
 pub mod model;
 pub mod protobuf;
 pub mod receiver;
@@ -85,8 +88,10 @@ pub use receiver::OtlpConfig;
 use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
-/// The OTLP adapter: the `otlp` source (an OTLP/HTTP receiver, [`OtlpConfig`]), the `otlp`
-/// output (an OTLP/HTTP exporter, [`OtlpExporterConfig`]) and the decoder of `patchbay parse --protocol otlp` (no wrapper, no probe).
+/// The OTLP adapter: the `otlp` source (an OTLP/HTTP and OTLP/gRPC receiver,
+/// [`OtlpConfig`]), the `otlp` output (an OTLP/HTTP or OTLP/gRPC exporter,
+/// [`OtlpExporterConfig`]) and the decoder of `patchbay parse --protocol otlp` (no
+/// wrapper, no probe).
 pub const ADAPTER: Adapter = Adapter {
     name: "otlp",
     protocol: "otlp",
@@ -94,13 +99,13 @@ pub const ADAPTER: Adapter = Adapter {
     components: &[
         ComponentType {
             name: "otlp",
-            summary: "OTLP/HTTP receiver (as the OpenTelemetry Collector's): logs, traces, metrics in",
+            summary: "OTLP/HTTP and OTLP/gRPC receiver (as the OpenTelemetry Collector's): logs, traces, metrics in",
             role: Role::Source(receiver::build_source),
             options: options_of::<OtlpConfig>,
         },
         ComponentType {
             name: "otlp",
-            summary: "OTLP/HTTP exporter: signals out as logs, tool calls and tasks as GenAI spans",
+            summary: "OTLP/HTTP or OTLP/gRPC exporter: signals out as logs, tool calls and tasks as GenAI spans",
             role: Role::Output(OutputKind {
                 build: exporter::build,
                 inbound: false,

@@ -1,6 +1,6 @@
-//! The OTLP/HTTP receiver: `[sources.NAME] type = "otlp"`, the endpoint OpenTelemetry
-//! exporters post to, answering as the OpenTelemetry Collector's `otlp` receiver does so
-//! that exporters' defaults work unchanged.
+//! The OTLP receiver: `[sources.NAME] type = "otlp"`, the endpoint OpenTelemetry
+//! exporters send to (OTLP/HTTP and OTLP/gRPC), answering as the OpenTelemetry
+//! Collector's `otlp` receiver does so that exporters' defaults work unchanged.
 //!
 //! - `POST /v1/logs`, `/v1/traces`, `/v1/metrics`, `Content-Type: application/x-protobuf`
 //!   or `application/json` (parameters allowed), `Content-Encoding: gzip` or `deflate`
@@ -14,6 +14,25 @@
 //!   decode, 404 for another path, 405 for another method, 415 for another content type,
 //!   413 past `max_body`, 401 without the `token`, 403 for another `Host` or any `Origin`.
 //! - Metric token counts the decoder holds back are let go every 5 s and at shutdown.
+//!
+//! OTLP/gRPC ([`grpc`](crate::grpc) on the wire) is served on `grpc_listen` (default
+//! `127.0.0.1:4317`, `""` for none), over HTTP/2 without TLS (h2c), with the same token,
+//! `Host`/`Origin` rules, bounds and counters:
+//!
+//! - `/opentelemetry.proto.collector.{logs,trace,metrics}.v1.{Logs,Trace,Metrics}Service/Export`,
+//!   one length-prefixed `Export*ServiceRequest`, `grpc-encoding: gzip` or `deflate`
+//!   (inflated with the same bound).
+//! - `grpc-status` 0 with the `Export*ServiceResponse` (its `partial_success` as over
+//!   HTTP) once every signal is in the graph; 14 `UNAVAILABLE` with a `RetryInfo` when the
+//!   graph could not take them within `ingest_timeout_ms` (or the call's `grpc-timeout`,
+//!   if shorter); 3 `INVALID_ARGUMENT` for a message that does not decode; 13 `INTERNAL`
+//!   for a broken frame (truncated, a compressed flag without an encoding), as gRPC's own
+//!   servers answer; 8 `RESOURCE_EXHAUSTED` past `max_body`; 16 `UNAUTHENTICATED` without
+//!   the token (the `authorization` metadata); 12 `UNIMPLEMENTED` for another method or
+//!   compression; 7 `PERMISSION_DENIED` for another `:authority` or any `Origin`; HTTP 415
+//!   for a content type that is not `application/grpc`.
+//!
+//! Both doors hand a decoded body and its kind to one `ingest` function; they only frame it.
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -36,10 +55,15 @@ use patchbay_transport::listen::{self, Access, Limits, Listener, Origins};
 use serde::Deserialize;
 use tokio::sync::{Mutex, watch};
 
+use crate::grpc::code::{INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE};
 use crate::{OtlpDecoder, SignalKind};
+
+mod grpc;
 
 /// The address the receiver listens on when the config names none: OTLP/HTTP's port.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4318";
+/// The address OTLP/gRPC is served on when the config names none: OTLP/gRPC's port.
+pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:4317";
 /// The largest `max_body`: 64 MiB.
 pub const MAX_BODY_LIMIT: usize = 64 << 20;
 /// How often the token counts the decoder holds back (metrics waiting to see whether
@@ -49,30 +73,40 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
 const PROTOBUF: &str = "application/x-protobuf";
 const JSON: &str = "application/json";
 
-/// `[sources.NAME] type = "otlp"`: an OTLP/HTTP receiver (`POST /v1/logs`, `/v1/traces`,
-/// `/v1/metrics`; protobuf or JSON; gzip or deflate), as the OpenTelemetry Collector's:
-/// point an exporter's `OTEL_EXPORTER_OTLP_ENDPOINT` at `http://LISTEN`.
+/// `[sources.NAME] type = "otlp"`: an OTLP receiver, as the OpenTelemetry Collector's:
+/// OTLP/HTTP on `listen` (`POST /v1/logs`, `/v1/traces`, `/v1/metrics`; protobuf or
+/// JSON; gzip or deflate) and OTLP/gRPC on `grpc_listen` (the three `Export` services;
+/// gzip). Point an exporter's `OTEL_EXPORTER_OTLP_ENDPOINT` at `http://LISTEN` for
+/// `http/protobuf` and `http/json`, at `http://GRPC_LISTEN` for `grpc`.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpConfig {
-    /// `IP:PORT` to listen on (`localhost:PORT` means `127.0.0.1:PORT`). Default
+    /// `IP:PORT` to serve OTLP/HTTP on (`localhost:PORT` means `127.0.0.1:PORT`). Default
     /// `127.0.0.1:4318`, OTLP/HTTP's port. Not on loopback, a `token` is required.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// `IP:PORT` to serve OTLP/gRPC on (HTTP/2 without TLS), or `""` for no gRPC.
+    /// Default `127.0.0.1:4317`, OTLP/gRPC's port. Not on loopback, a `token` is required.
+    /// The token, `allowed_hosts`, `max_body`, `ingest_timeout_ms` and the connection
+    /// bounds apply to it as to `listen`.
+    #[serde(default = "default_grpc_listen")]
+    pub grpc_listen: String,
     /// Bearer token exporters must send (`Authorization: Bearer …`; set it with
-    /// `OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer …"`). A request without it gets
-    /// 401.
+    /// `OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer …"`, which gRPC exporters send as
+    /// `authorization` metadata). A request without it gets 401 (gRPC: status 16
+    /// `UNAUTHENTICATED`).
     #[serde(default)]
     pub token: Option<Secret>,
     /// Largest body accepted, in bytes, as sent and once decompressed (a gzip body that
-    /// inflates past it is refused with 413 as it inflates). From 1 to 67108864 (64 MiB).
-    /// Default 4194304 (4 MiB).
+    /// inflates past it is refused with 413, gRPC status 8 `RESOURCE_EXHAUSTED`, as it
+    /// inflates). From 1 to 67108864 (64 MiB). Default 4194304 (4 MiB).
     #[serde(default = "default_max_body")]
     pub max_body: usize,
     /// How long an export waits for room when the graph is full, in ms, before it is
-    /// refused with `503` and `Retry-After` (exporters retry it; refusals are counted).
-    /// An export is answered 200 only once every one of its signals is in the graph. At
-    /// most 86400000 (one day). Default 5000.
+    /// refused with `503` and `Retry-After` (gRPC: status 14 `UNAVAILABLE` with a
+    /// `RetryInfo`; exporters retry it; refusals are counted). An export is answered
+    /// success only once every one of its signals is in the graph. At most 86400000 (one
+    /// day). Default 5000.
     #[serde(default = "default_ingest_timeout_ms")]
     pub ingest_timeout_ms: u64,
     /// Host names the receiver answers to besides `localhost`, `127.0.0.1` and `[::1]`
@@ -82,22 +116,26 @@ pub struct OtlpConfig {
     #[serde(default)]
     pub allowed_hosts: Option<Vec<String>>,
     /// How long a client may take to send a request's head, in ms (from the connection's
-    /// start, then from the first byte of each next request); past it the connection is
-    /// closed. From 1 to 86400000 (one day). Default 10000.
+    /// start, then from the first byte of each next request; on `grpc_listen`, the
+    /// connection's first request); past it the connection is closed. From 1 to 86400000 (one day). Default 10000.
     #[serde(default = "default_header_timeout_ms")]
     pub header_timeout_ms: u64,
     /// How long a keep-alive connection may wait for its next request, in ms, before it is
     /// closed. From 1 to 86400000. Default 60000.
     #[serde(default = "default_idle_timeout_ms")]
     pub idle_timeout_ms: u64,
-    /// How many connections may be open at once; beyond it a new one gets 503 and is
-    /// closed at once, counted as `too_many_connections`. From 1 to 1000000. Default 1024.
+    /// How many connections may be open at once on each of `listen` and `grpc_listen`;
+    /// beyond it a new one gets 503 (gRPC: a `GOAWAY`) and is closed at once, counted as
+    /// `too_many_connections`. From 1 to 1000000. Default 1024.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
 }
 
 fn default_listen() -> String {
     DEFAULT_LISTEN.into()
+}
+fn default_grpc_listen() -> String {
+    DEFAULT_GRPC_LISTEN.into()
 }
 fn default_max_body() -> usize {
     4 << 20
@@ -118,8 +156,10 @@ fn default_max_connections() -> usize {
 /// Checked options: what the running receiver uses.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The address to bind.
+    /// The address to serve OTLP/HTTP on.
     pub listen: SocketAddr,
+    /// The address to serve OTLP/gRPC on, if any.
+    pub grpc_listen: Option<SocketAddr>,
     /// The bearer token, if any.
     pub token: Option<Secret>,
     /// Largest body, compressed or not.
@@ -144,18 +184,41 @@ impl OtlpConfig {
                 ),
             )
         })?;
+        let grpc_listen = match self.grpc_listen.trim() {
+            "" => None,
+            text => Some(parse_listen(text).ok_or_else(|| {
+                (
+                    "grpc_listen",
+                    format!(
+                        "`{text}` is not an `IP:PORT` address (e.g. `{DEFAULT_GRPC_LISTEN}`, or \
+                         `\"\"` for no gRPC)"
+                    ),
+                )
+            })?),
+        };
         if let Some(Secret(t)) = &self.token
             && t.trim().is_empty()
         {
             return Err(("token", "the token must not be empty".into()));
         }
-        if !listen.ip().is_loopback() && self.token.is_none() {
+        for (key, address) in [("listen", Some(listen)), ("grpc_listen", grpc_listen)] {
+            if let Some(address) = address
+                && !address.ip().is_loopback()
+                && self.token.is_none()
+            {
+                return Err((
+                    key,
+                    format!(
+                        "`{address}` is not a loopback address: set a `token` so that only \
+                         exporters that know it are heard"
+                    ),
+                ));
+            }
+        }
+        if grpc_listen == Some(listen) && listen.port() != 0 {
             return Err((
-                "listen",
-                format!(
-                    "`{listen}` is not a loopback address: set a `token` so that only \
-                     exporters that know it are heard"
-                ),
+                "grpc_listen",
+                format!("`{listen}` is `listen` too: OTLP/gRPC needs a port of its own"),
             ));
         }
         if !(1..=MAX_BODY_LIMIT).contains(&self.max_body) {
@@ -180,6 +243,7 @@ impl OtlpConfig {
         )?;
         Ok(Settings {
             listen,
+            grpc_listen,
             token: self.token,
             max_body: self.max_body,
             ingest_timeout: Duration::from_millis(self.ingest_timeout_ms),
@@ -217,6 +281,15 @@ struct Shared {
     cx: SourceContext,
 }
 
+/// A listener's address as a URL an exporter can use.
+fn url_of(local: SocketAddr) -> String {
+    if local.ip().is_unspecified() {
+        format!("http://127.0.0.1:{}", local.port())
+    } else {
+        format!("http://{local}")
+    }
+}
+
 impl Source for Receiver {
     fn reports_started(&self) -> bool {
         true
@@ -228,70 +301,118 @@ impl Source for Receiver {
             let listener = tokio::net::TcpListener::bind(settings.listen)
                 .await
                 .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+            let grpc_listener = match settings.grpc_listen {
+                Some(address) => Some(
+                    tokio::net::TcpListener::bind(address)
+                        .await
+                        .map_err(|e| format!("cannot serve OTLP/gRPC on {address}: {e}"))?,
+                ),
+                None => None,
+            };
             let local = listener.local_addr()?;
+            let grpc_local = grpc_listener
+                .as_ref()
+                .map(tokio::net::TcpListener::local_addr)
+                .transpose()?;
             cx.started();
             cx.stats().set_gauge("port", f64::from(local.port()));
+            if let Some(grpc_local) = grpc_local {
+                cx.stats()
+                    .set_gauge("grpc_port", f64::from(grpc_local.port()));
+            }
             let shared = Arc::new(Shared {
                 name: cx.name().to_owned(),
                 decoder: Mutex::new(OtlpDecoder::new(format!("otlp:{}", cx.name()))),
                 settings: settings.clone(),
                 cx: cx.clone(),
             });
-            let app = Router::new()
-                .fallback(handle)
-                .with_state(Arc::clone(&shared));
             // Exporters send no Origin; a browser does: a web page must not post here.
-            let door = Listener {
-                name: format!("otlp {local}"),
+            let door = |name: String, local: SocketAddr, refusal: listen::Refusal| Listener {
+                name,
                 limits: settings.limits,
                 access: Access::new(local, settings.allowed_hosts.clone(), Origins::None),
                 stats: Arc::clone(cx.stats()),
-                refusal: listen::text_refusal,
+                refusal,
             };
-            let (stop_tx, mut stop_rx) = watch::channel(false);
-            let mut server = tokio::spawn(listen::serve(listener, app, door, async move {
-                let _ = stop_rx.wait_for(|stop| *stop).await;
-            }));
-            let host = if local.ip().is_unspecified() {
-                format!("127.0.0.1:{}", local.port())
-            } else {
-                local.to_string()
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let stopped = |mut stop: watch::Receiver<bool>| async move {
+                let _ = stop.wait_for(|stop| *stop).await;
             };
-            let url = format!("http://{host}");
+            let app = Router::new()
+                .fallback(handle)
+                .with_state(Arc::clone(&shared));
+            let mut server = tokio::spawn(listen::serve(
+                listener,
+                app,
+                door(format!("otlp {local}"), local, listen::text_refusal),
+                stopped(stop_rx.clone()),
+            ));
+            let mut grpc_server = match (grpc_listener, grpc_local) {
+                (Some(grpc_listener), Some(grpc_local)) => {
+                    let app = Router::new()
+                        .fallback(grpc::handle)
+                        .with_state(Arc::clone(&shared));
+                    Some(tokio::spawn(listen::serve_h2c(
+                        grpc_listener,
+                        app,
+                        door(format!("otlp grpc {grpc_local}"), grpc_local, grpc::refusal),
+                        stopped(stop_rx.clone()),
+                    )))
+                }
+                _ => None,
+            };
+            let url = url_of(local);
             tracing::info!(url = %url, "otlp {}: OTLP/HTTP receiver listening", shared.name);
-            cx.set_state(HealthState::Ok, Some(format!("otlp: {url}")));
+            let mut detail = format!("otlp: {url}");
+            if let Some(grpc_local) = grpc_local {
+                let grpc_url = url_of(grpc_local);
+                tracing::info!(url = %grpc_url, "otlp {}: OTLP/gRPC receiver listening", shared.name);
+                detail.push_str(&format!(", grpc: {grpc_url}"));
+            }
+            cx.set_state(HealthState::Ok, Some(detail));
 
             let mut tick = tokio::time::interval(FLUSH_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             let result = loop {
+                let grpc_ended = async {
+                    match &mut grpc_server {
+                        Some(server) => server.await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = tick.tick() => {
                         if flush(&shared).await.is_err() {
                             break Ok(());
                         }
                     }
-                    ended = &mut server => {
-                        break Err(match ended {
-                            Ok(()) => "server stopped".into(),
-                            Err(e) => format!("server task failed: {e}").into(),
-                        });
-                    }
+                    ended = &mut server => break Err(server_ended("OTLP/HTTP", ended)),
+                    ended = grpc_ended => break Err(server_ended("OTLP/gRPC", ended)),
                     () = cx.shutdown().wait() => break Ok(()),
                 }
             };
             // Requests in flight finish (and hand their signals over) before the last flush.
             let _ = stop_tx.send(true);
-            if !server.is_finished()
-                && tokio::time::timeout(Duration::from_secs(1), &mut server)
-                    .await
-                    .is_err()
-            {
-                server.abort();
+            for server in std::iter::once(&mut server).chain(grpc_server.as_mut()) {
+                if !server.is_finished()
+                    && tokio::time::timeout(Duration::from_secs(1), &mut *server)
+                        .await
+                        .is_err()
+                {
+                    server.abort();
+                }
             }
             let _ = flush(&shared).await;
             result
         })
+    }
+}
+
+fn server_ended(which: &str, ended: Result<(), tokio::task::JoinError>) -> ComponentError {
+    match ended {
+        Ok(()) => format!("the {which} server stopped").into(),
+        Err(e) => format!("the {which} server task failed: {e}").into(),
     }
 }
 
@@ -324,6 +445,78 @@ fn counted(cx: &SourceContext, out: Vec<Decoded>) -> Vec<SharedSignal> {
         .collect()
 }
 
+/// What became of an export handed to [`ingest`].
+#[derive(Debug)]
+enum Ingested {
+    /// Every signal of it is in the graph; `rejected` records past the decoder's limits
+    /// were dropped (`message` says so).
+    Accepted { rejected: u64, message: String },
+    /// The body does not decode: why (counted).
+    Invalid(String),
+    /// The graph did not take all of it within the time given (or is shutting down):
+    /// what the exporter is told. What it took is not taken back.
+    Unavailable(String),
+}
+
+/// Decodes one export's body (already inflated) and hands its signals to the graph,
+/// waiting at most `within` for room: the one path both OTLP/HTTP and OTLP/gRPC take.
+async fn ingest(
+    shared: &Shared,
+    kind: SignalKind,
+    encoding: Encoding,
+    body: &[u8],
+    within: Duration,
+) -> Ingested {
+    let mut decoder = shared.decoder.lock().await;
+    let before = decoder.cuts().items;
+    let mut out = Vec::new();
+    let decoded = match encoding {
+        Encoding::Json => decoder.decode_json(kind, body, &mut out),
+        Encoding::Protobuf => decoder.decode_protobuf(kind, body, &mut out),
+    };
+    if let Err(e) = decoded {
+        drop(decoder);
+        let why = format!("cannot decode the {kind:?} export: {e}");
+        bad(shared, &why);
+        return Ingested::Invalid(why);
+    }
+    let rejected = decoder.cuts().items - before;
+    let max_items = decoder.limits().max_items;
+    let mut signals = counted(&shared.cx, out);
+    let total = signals.len();
+    let emitted = shared.cx.emit_batch_within(&mut signals, within).await;
+    drop(decoder);
+    if let Some(why) = emitted.refused {
+        let message = match why {
+            Refused::Full => format!(
+                "the graph is full: {} of the export's {total} signals taken, retry later",
+                emitted.accepted
+            ),
+            Refused::Closed => "the receiver is shutting down".to_owned(),
+        };
+        tracing::debug!(
+            accepted = emitted.accepted,
+            total,
+            "otlp {}: {message}",
+            shared.name
+        );
+        return Ingested::Unavailable(message);
+    }
+    let message = if rejected > 0 {
+        format!(
+            "{rejected} records past the receiver's limit of {max_items} per export were dropped"
+        )
+    } else {
+        String::new()
+    };
+    Ingested::Accepted { rejected, message }
+}
+
+/// How long an exporter refused for a full graph is told to wait.
+fn retry_after(shared: &Shared) -> Duration {
+    Duration::from_secs(shared.settings.ingest_timeout.as_secs().max(1))
+}
+
 /// The encoding of a request's body, and so of its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Encoding {
@@ -354,14 +547,9 @@ impl Encoding {
     }
 }
 
-/// gRPC status codes of the `google.rpc.Status` an error answer carries.
-const INVALID_ARGUMENT: u64 = 3;
-const UNAVAILABLE: u64 = 14;
-const RESOURCE_EXHAUSTED: u64 = 8;
-
 /// An error answer as the collector gives it: a `google.rpc.Status` in the request's
 /// encoding.
-fn status(http: StatusCode, code: u64, message: &str, encoding: Encoding) -> Response {
+fn status(http: StatusCode, code: u32, message: &str, encoding: Encoding) -> Response {
     let body = match encoding {
         Encoding::Json => serde_json::json!({"code": code, "message": message})
             .to_string()
@@ -370,7 +558,7 @@ fn status(http: StatusCode, code: u64, message: &str, encoding: Encoding) -> Res
             let mut out = Vec::with_capacity(message.len() + 8);
             if code != 0 {
                 out.push(0x08);
-                varint(code, &mut out);
+                varint(u64::from(code), &mut out);
             }
             if !message.is_empty() {
                 out.push(0x12);
@@ -416,19 +604,7 @@ fn accepted(kind: SignalKind, rejected: u64, message: &str, encoding: Encoding) 
                 .to_string()
                 .into_bytes()
         }
-        Encoding::Protobuf if rejected == 0 => Vec::new(),
-        Encoding::Protobuf => {
-            // Export*ServiceResponse { partial_success = 1 { rejected_* = 1, error_message = 2 } }
-            let mut inner = vec![0x08];
-            varint(rejected, &mut inner);
-            inner.push(0x12);
-            varint(message.len() as u64, &mut inner);
-            inner.extend_from_slice(message.as_bytes());
-            let mut out = vec![0x0a];
-            varint(inner.len() as u64, &mut out);
-            out.extend_from_slice(&inner);
-            out
-        }
+        Encoding::Protobuf => crate::grpc::export_response(rejected, message),
     };
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
@@ -445,10 +621,34 @@ enum BodyError {
     Encoding(String),
 }
 
+/// Whether a request declares a `Content-Length` past `max` (refused before anything is
+/// read).
+fn declared_too_large(headers: &HeaderMap, max: usize) -> bool {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|length| length > max as u64)
+}
+
+/// Collects a request's body, at most `max` bytes.
+async fn collect(body: Body, max: usize) -> Result<axum::body::Bytes, BodyError> {
+    use http_body_util::BodyExt as _;
+    match http_body_util::Limited::new(body, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(BodyError::TooLarge)
+        }
+        Err(e) => Err(BodyError::Broken(format!("cannot read the body: {e}"))),
+    }
+}
+
 /// Reads the body, at most `max` bytes, then inflates it per `Content-Encoding`, again
 /// at most `max` bytes (read as it inflates: a bomb never fills memory).
 async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<Vec<u8>, BodyError> {
-    use http_body_util::BodyExt as _;
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
@@ -461,24 +661,10 @@ async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<Vec<u8
             "unsupported Content-Encoding `{encoding}`: supported are gzip, deflate"
         )));
     }
-    if let Some(length) = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        && length > max as u64
-    {
+    if declared_too_large(headers, max) {
         return Err(BodyError::TooLarge);
     }
-    let raw = match http_body_util::Limited::new(body, max).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            return Err(BodyError::TooLarge);
-        }
-        Err(e) => return Err(BodyError::Broken(format!("cannot read the body: {e}"))),
-    };
+    let raw = collect(body, max).await?;
     match encoding.as_str() {
         "gzip" | "x-gzip" => inflate(flate2::read::MultiGzDecoder::new(&raw[..]), max),
         "deflate" => inflate(flate2::read::ZlibDecoder::new(&raw[..]), max),
@@ -498,6 +684,8 @@ fn inflate(reader: impl Read, max: usize) -> Result<Vec<u8>, BodyError> {
     Ok(out)
 }
 
+/// Whether a request carries the token (`Authorization: Bearer …`; gRPC metadata is
+/// headers too), or none is needed.
 fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
     let Some(secret) = &shared.settings.token else {
         return true;
@@ -589,62 +777,55 @@ async fn handle(
             return status(StatusCode::BAD_REQUEST, INVALID_ARGUMENT, &why, encoding);
         }
     };
-
-    let mut decoder = shared.decoder.lock().await;
-    let before = decoder.cuts().items;
-    let mut out = Vec::new();
-    let decoded = match encoding {
-        Encoding::Json => decoder.decode_json(kind, &body, &mut out),
-        Encoding::Protobuf => decoder.decode_protobuf(kind, &body, &mut out),
-    };
-    if let Err(e) = decoded {
-        drop(decoder);
-        let why = format!("cannot decode the {kind:?} export: {e}");
-        bad(&shared, &why);
-        return status(StatusCode::BAD_REQUEST, INVALID_ARGUMENT, &why, encoding);
-    }
-    let rejected = decoder.cuts().items - before;
-    let max_items = decoder.limits().max_items;
-    let mut signals = counted(&shared.cx, out);
-    let total = signals.len();
-    let emitted = shared
-        .cx
-        .emit_batch_within(&mut signals, shared.settings.ingest_timeout)
-        .await;
-    drop(decoder);
-    if let Some(why) = emitted.refused {
-        let message = match why {
-            Refused::Full => format!(
-                "the graph is full: {} of the export's {total} signals taken, retry later",
-                emitted.accepted
-            ),
-            Refused::Closed => "the receiver is shutting down".to_owned(),
-        };
-        tracing::debug!(
-            accepted = emitted.accepted,
-            total,
-            "otlp {}: {message}",
-            shared.name
-        );
-        let mut response = status(
-            StatusCode::SERVICE_UNAVAILABLE,
-            UNAVAILABLE,
-            &message,
-            encoding,
-        );
-        let secs = shared.settings.ingest_timeout.as_secs().max(1);
-        if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
+    let within = shared.settings.ingest_timeout;
+    match ingest(&shared, kind, encoding, &body, within).await {
+        Ingested::Accepted { rejected, message } => accepted(kind, rejected, &message, encoding),
+        Ingested::Invalid(why) => status(StatusCode::BAD_REQUEST, INVALID_ARGUMENT, &why, encoding),
+        Ingested::Unavailable(message) => {
+            let mut response = status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                UNAVAILABLE,
+                &message,
+                encoding,
+            );
+            let secs = retry_after(&shared).as_secs();
+            if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            response
         }
-        return response;
     }
-    let message = if rejected > 0 {
-        format!(
-            "{rejected} records past the receiver's limit of {} per export were dropped",
-            max_items
-        )
-    } else {
-        String::new()
-    };
-    accepted(kind, rejected, &message, encoding)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(grpc_listen: &str, token: Option<&str>) -> OtlpConfig {
+        let mut options = serde_json::json!({ "grpc_listen": grpc_listen });
+        if let Some(token) = token {
+            options["token"] = token.into();
+        }
+        serde_json::from_value(options).expect("options")
+    }
+
+    #[test]
+    fn grpc_listen_is_checked() {
+        let defaults: OtlpConfig = serde_json::from_value(serde_json::json!({})).expect("options");
+        let settings = defaults.check().expect("the defaults are valid");
+        assert_eq!(settings.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(
+            settings.grpc_listen.map(|a| a.to_string()).as_deref(),
+            Some(DEFAULT_GRPC_LISTEN)
+        );
+        assert_eq!(config("", None).check().expect("off").grpc_listen, None);
+        let key = |c: OtlpConfig| c.check().expect_err("refused").0;
+        assert_eq!(key(config("nowhere", None)), "grpc_listen");
+        assert_eq!(key(config("127.0.0.1:4318", None)), "grpc_listen");
+        assert_eq!(key(config("0.0.0.0:4317", None)), "grpc_listen");
+        let open = config("0.0.0.0:4317", Some("t"))
+            .check()
+            .expect("with a token");
+        assert!(open.grpc_listen.is_some_and(|a| a.ip().is_unspecified()));
+    }
 }

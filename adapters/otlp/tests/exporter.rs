@@ -1,6 +1,7 @@
 //! The `otlp` output in a running graph: exporting to the crate's own `otlp` source and
 //! to a stub receiver that records what it gets (protobuf, JSON, gzip); retried on 503
-//! (after its `Retry-After`) and while the receiver is down, never on 400.
+//! (after its `Retry-After`, in seconds or as an HTTP date) and while the receiver is
+//! down, never on 400; a refused traces request counts its spans as refused.
 
 use std::collections::VecDeque;
 use std::io::Read as _;
@@ -69,6 +70,7 @@ struct Seen {
     authorization: Option<String>,
     body: Vec<u8>,
     at: Instant,
+    wall: std::time::SystemTime,
 }
 
 impl Seen {
@@ -190,6 +192,7 @@ async fn answer(
         authorization: header("authorization"),
         body: body.to_vec(),
         at: Instant::now(),
+        wall: std::time::SystemTime::now(),
     });
     let (status, retry_after, text) = state.answers.pop_front().unwrap_or((200, None, ""));
     let mut response = Response::builder().status(status);
@@ -248,7 +251,7 @@ async fn exports_decode_as_protobuf_json_and_gzip_and_in_its_own_source() {
     let stub = Stub::default();
     stub.serve(stub_port).await;
     let (feed, mut seen, graph) = start(&format!(
-        "[sources.back]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{back}\"\n\n\
+        "[sources.back]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{back}\"\ngrpc_listen = \"\"\n\n\
          [outputs.to_self]\ntype = \"otlp\"\ninputs = [\"feed\"]\nendpoint = \"http://127.0.0.1:{back}\"\nbatch_timeout_ms = 200\n\n\
          [outputs.to_pb]\ntype = \"otlp\"\ninputs = [\"feed\"]\nendpoint = \"http://127.0.0.1:{stub_port}/pb\"\nbatch_timeout_ms = 200\nservice_name = \"bench\"\n\n\
          [outputs.to_json]\ntype = \"otlp\"\ninputs = [\"feed\"]\nendpoint = \"http://127.0.0.1:{stub_port}/json/\"\nprotocol = \"http/json\"\ngzip = true\nheaders = {{ Authorization = \"Bearer t0k\" }}\nbatch_timeout_ms = 200\n\n\
@@ -452,20 +455,100 @@ async fn a_receiver_down_is_retried_until_it_is_back() {
     assert_eq!(stub.seen().len(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_date_is_waited_for() {
+    let _ports = PORTS.lock().await;
+    let port = free_port();
+    // An HTTP date two seconds ahead (dates have whole seconds).
+    let until = std::time::SystemTime::now() + Duration::from_secs(2);
+    let date: &'static str = Box::leak(httpdate::fmt_http_date(until).into_boxed_str());
+    let named = httpdate::parse_http_date(date).expect("a date");
+    let stub = Stub::script(&[(503, Some(date), "busy")]);
+    stub.serve(port).await;
+    let (feed, _seen, graph) = start(&format!(
+        "[outputs.otel]\ntype = \"otlp\"\ninputs = [\"feed\"]\nendpoint = \"http://127.0.0.1:{port}\"\n\
+         batch_timeout_ms = 0\nbackoff_initial_ms = 10\nbackoff_max_ms = 5000\n"
+    ));
+    feed.send(note(0)).await.expect("the graph runs");
+    let seen = stub.until(2, |_| true).await;
+    // The retry came no sooner than the date the receiver named (the backoff alone
+    // would have retried after 10 ms).
+    assert!(seen[1].wall >= named, "retried before the Retry-After date");
+    drop(feed);
+    let report = graph.wait().await.expect("the graph ends");
+    let stats = report.telemetry.component("otel").expect("stats");
+    assert_eq!((stats.sent, stats.bad_input), (1, 0), "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_traces_request_counts_its_spans_as_refused() {
+    let _ports = PORTS.lock().await;
+    let port = free_port();
+    // The logs request passes, the traces request is refused.
+    let stub = Stub::script(&[
+        (200, None, ""),
+        (400, None, r#"{"code":3,"message":"no spans"}"#),
+    ]);
+    stub.serve(port).await;
+    let (feed, _seen, graph) = start(&format!(
+        "[outputs.otel]\ntype = \"otlp\"\ninputs = [\"feed\"]\nendpoint = \"http://127.0.0.1:{port}\"\n\
+         protocol = \"http/json\"\nbatch_max = 2\nbatch_timeout_ms = 5000\n"
+    ));
+    for s in tool_pair() {
+        feed.send(s).await.expect("the graph runs");
+    }
+    stub.until(2, |_| true).await;
+    drop(feed);
+    let report = graph.wait().await.expect("the graph ends");
+    let stats = report.telemetry.component("otel").expect("stats");
+    assert_eq!((stats.sent, stats.bad_input), (2, 1), "{stats:?}");
+    let error = stats.last_error.unwrap_or_default();
+    assert!(error.contains("HTTP 400: no spans"), "{error}");
+    assert_eq!(stub.seen().len(), 2, "not retried");
+}
+
 #[test]
-fn grpc_is_refused_with_a_clear_message() {
-    let registry = {
+fn grpc_is_a_protocol_and_endpoints_are_checked() {
+    // A `feed` is used once per registry.
+    let registry = || {
         let mut r = Registry::new();
         r.adapter(&patchbay_otlp::ADAPTER);
         let _feed = ChannelSource::register(&mut r, "feed", 1);
         r
     };
-    let config = "[sources.feed]\ntype = \"feed\"\n\n[outputs.otel]\ntype = \"otlp\"\ninputs = [\"feed\"]\nprotocol = \"grpc\"\n";
+    let config = |extra: &str| {
+        format!(
+            "[sources.feed]\ntype = \"feed\"\n\n[outputs.otel]\ntype = \"otlp\"\ninputs = [\"feed\"]\n{extra}\n"
+        )
+    };
+    for ok in [
+        "protocol = \"grpc\"",
+        "protocol = \"grpc\"\nendpoint = \"https://otel.example:4317\"\ngzip = true",
+    ] {
+        compile(&[SourceText::new("grpc.toml", config(ok))], &registry())
+            .unwrap_or_else(|e| panic!("{ok}: {e:?}"));
+    }
     let error = format!(
         "{:?}",
-        compile(&[SourceText::new("grpc.toml", config)], &registry).expect_err("refused")
+        compile(
+            &[SourceText::new(
+                "grpc.toml",
+                config("protocol = \"grpc\"\nendpoint = \"ftp://x\"")
+            )],
+            &registry()
+        )
+        .expect_err("refused")
     );
-    assert!(error.contains("only OTLP/HTTP"), "{error}");
+    assert!(error.contains("http:// or https://"), "{error}");
+    let error = format!(
+        "{:?}",
+        compile(
+            &[SourceText::new("grpc.toml", config("protocol = \"grpc2\""))],
+            &registry()
+        )
+        .expect_err("refused")
+    );
+    assert!(error.contains("did you mean `grpc`"), "{error}");
 }
 
 /// The protobuf bodies the exporter sends, read by the official `opentelemetry-proto`

@@ -154,9 +154,9 @@ async fn exports_become_signals_and_refusals_are_the_collectors() {
     registry.adapter(&patchbay_otlp::ADAPTER);
     let mut out = ChannelOutput::register(&mut registry, "out", 4096);
     let config = format!(
-        "[sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{open}\"\n\n\
-         [sources.small]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{small}\"\nmax_body = 65536\n\n\
-         [sources.guarded]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{guarded}\"\ntoken = \"s3cret\"\n\n\
+        "[sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{open}\"\ngrpc_listen = \"\"\n\n\
+         [sources.small]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{small}\"\ngrpc_listen = \"\"\nmax_body = 65536\n\n\
+         [sources.guarded]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{guarded}\"\ngrpc_listen = \"\"\ntoken = \"s3cret\"\n\n\
          [outputs.sink]\ntype = \"out\"\ninputs = [\"otel\", \"small\", \"guarded\"]\n"
     );
     let graph = compile(&[SourceText::new("otlp.toml", config)], &registry).expect("compiles");
@@ -372,7 +372,7 @@ async fn an_export_the_graph_cannot_take_in_time_is_refused_with_retry_after() {
     let mut held = ChannelOutput::register(&mut registry, "held", 1);
     let config = format!(
         "[runtime]\nqueue = 1\n\n\
-         [sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{port}\"\ningest_timeout_ms = 100\n\n\
+         [sources.otel]\ntype = \"otlp\"\nlisten = \"127.0.0.1:{port}\"\ngrpc_listen = \"\"\ningest_timeout_ms = 100\n\n\
          [outputs.held]\ntype = \"held\"\ninputs = [\"otel\"]\nqueue = 1\n"
     );
     let graph = compile(&[SourceText::new("otlp.toml", config)], &registry).expect("compiles");

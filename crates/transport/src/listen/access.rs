@@ -164,15 +164,26 @@ impl Access {
 
     /// Checks a request's headers: `Host` first, then `Origin`.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        self.check_with_authority(headers, None)
+    }
+
+    /// [`Access::check`] for an HTTP/2 request, whose host is its `:authority` (a `Host`
+    /// header is optional there): both are checked when both are given.
+    pub fn check_with_authority(
+        &self,
+        headers: &HeaderMap,
+        authority: Option<&str>,
+    ) -> Result<(), Refused> {
         let text = |name| match headers.get(name).map(HeaderValue::to_str) {
             None => Ok(None),
             Some(Ok(v)) => Ok(Some(v)),
             Some(Err(_)) => Err(()),
         };
         let host = text(header::HOST).map_err(|()| FORBIDDEN_HOST)?;
-        if !self.host_allowed(host) {
+        if !self.host_allowed(host) || !self.host_allowed(authority) {
             return Err(FORBIDDEN_HOST);
         }
+        let host = host.or(authority);
         let origin = text(header::ORIGIN).map_err(|()| FORBIDDEN_ORIGIN)?;
         if !self.origin_allowed(origin, host) {
             return Err(FORBIDDEN_ORIGIN);
@@ -356,5 +367,44 @@ mod tests {
         );
         headers.insert(header::HOST, "evil.example:7878".parse().unwrap());
         assert_eq!(access.check(&headers).unwrap_err().reason, "forbidden_host");
+    }
+
+    #[test]
+    fn an_http2_authority_is_the_host() {
+        let access = Access::new(loopback(), None, Origins::None);
+        let none = HeaderMap::new();
+        assert!(
+            access
+                .check_with_authority(&none, Some("localhost:4317"))
+                .is_ok()
+        );
+        assert_eq!(
+            access
+                .check_with_authority(&none, Some("evil.example:4317"))
+                .unwrap_err()
+                .reason,
+            "forbidden_host"
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, "127.0.0.1:4317".parse().unwrap());
+        assert!(
+            access
+                .check_with_authority(&headers, Some("evil.example"))
+                .is_err(),
+            "both are checked"
+        );
+        headers.insert(header::ORIGIN, "http://127.0.0.1:4317".parse().unwrap());
+        assert!(
+            access
+                .check_with_authority(&none, Some("127.0.0.1:4317"))
+                .is_ok()
+        );
+        assert_eq!(
+            access
+                .check_with_authority(&headers, Some("127.0.0.1:4317"))
+                .unwrap_err()
+                .reason,
+            "forbidden_origin"
+        );
     }
 }

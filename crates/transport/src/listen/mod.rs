@@ -20,6 +20,13 @@
 //!
 //! Refusals are counted in the component's `patchbay_http_refused_total{reason=…}`.
 //! Each request carries the client's address as [`axum::extract::ConnectInfo`].
+//!
+//! [`serve`] speaks HTTP/1.1; [`serve_h2c`] speaks HTTP/2 without TLS by prior knowledge
+//! (h2c, what gRPC clients send to an `http://` endpoint), with the same bounds: there
+//! the header timeout bounds the connection preface and first request (HTTP/2 clients
+//! also send frames that are no request: PINGs, SETTINGS), the idle timeout ends a
+//! connection with no stream open with a `GOAWAY`, the host is the request's
+//! `:authority`, and a connection over the cap is told so with a `GOAWAY`.
 
 mod access;
 
@@ -59,6 +66,30 @@ pub const MAX_CONNECTIONS_LIMIT: usize = 1_000_000;
 /// What a connection refused for the cap is told before it is closed.
 const TOO_MANY: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+
+/// The same for an HTTP/2 client: the server's preface (an empty SETTINGS frame), then a
+/// GOAWAY (no stream processed, ENHANCE_YOUR_CALM) whose debug data says why; gRPC
+/// clients report it as UNAVAILABLE and retry.
+const TOO_MANY_H2: &[u8] = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00\
+    \x00\x00\x1c\x07\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x0btoo many connections";
+
+/// Which HTTP a listener speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// HTTP/1.1 (with upgrades to WebSocket).
+    Http1,
+    /// HTTP/2 by prior knowledge, without TLS (h2c).
+    Http2,
+}
+
+impl Protocol {
+    fn too_many(self) -> &'static [u8] {
+        match self {
+            Protocol::Http1 => TOO_MANY,
+            Protocol::Http2 => TOO_MANY_H2,
+        }
+    }
+}
 
 /// A listener's connection bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +187,28 @@ pub async fn serve(
     config: Listener,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    serve_as(Protocol::Http1, listener, app, config, shutdown).await;
+}
+
+/// [`serve`] over HTTP/2 without TLS, by prior knowledge (h2c): the transport of gRPC to
+/// an `http://` endpoint. Same bounds and checks; a client that speaks HTTP/1 here is
+/// refused (counted as `not_http2`).
+pub async fn serve_h2c(
+    listener: TcpListener,
+    app: Router,
+    config: Listener,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    serve_as(Protocol::Http2, listener, app, config, shutdown).await;
+}
+
+async fn serve_as(
+    protocol: Protocol,
+    listener: TcpListener,
+    app: Router,
+    config: Listener,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     let config = Arc::new(config);
     let slots = Arc::new(Semaphore::new(config.limits.max_connections));
     let lingering = Arc::new(Semaphore::new(LINGERING));
@@ -181,14 +234,14 @@ pub async fn serve(
             match Arc::clone(&lingering).try_acquire_owned() {
                 Ok(linger) => {
                     tokio::spawn(async move {
-                        refuse_gently(stream).await;
+                        refuse_gently(stream, protocol.too_many()).await;
                         drop(linger);
                     });
                 }
                 // A flood: closed at once (a client that already sent its request may
                 // see a reset instead of the 503).
                 Err(_) => {
-                    let _ = stream.try_write(TOO_MANY);
+                    let _ = stream.try_write(protocol.too_many());
                 }
             }
             continue;
@@ -199,6 +252,7 @@ pub async fn serve(
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
         tokio::spawn(connection(
+            protocol,
             stream,
             peer,
             permit,
@@ -223,13 +277,13 @@ const LINGER: Duration = Duration::from_millis(500);
 /// The most of a refused connection's request that is read and thrown away.
 const LINGER_BYTES: usize = 64 * 1024;
 
-/// Answers a connection refused for the cap with `503`, then reads and throws away what
-/// the client sent (for at most [`LINGER`] and [`LINGER_BYTES`]) before closing: closing a
-/// socket with unread data resets the connection, and a reset can reach the client
-/// before the answer does.
-async fn refuse_gently(mut stream: TcpStream) {
+/// Answers a connection refused for the cap with `503` (a `GOAWAY` in HTTP/2), then reads
+/// and throws away what the client sent (for at most [`LINGER`] and [`LINGER_BYTES`])
+/// before closing: closing a socket with unread data resets the connection, and a reset
+/// can reach the client before the answer does.
+async fn refuse_gently(mut stream: TcpStream, answer: &[u8]) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    if stream.write_all(TOO_MANY).await.is_err() || stream.shutdown().await.is_err() {
+    if stream.write_all(answer).await.is_err() || stream.shutdown().await.is_err() {
         return;
     }
     let mut buf = [0u8; 4096];
@@ -269,14 +323,17 @@ struct Phase {
 struct Activity {
     phase: Mutex<Phase>,
     changed: Notify,
-    /// Cleared once the connection is no longer HTTP (upgraded or closed): reads then
-    /// cost nothing here.
+    /// Cleared once the connection is no longer HTTP (upgraded or closed), and for
+    /// HTTP/2, whose reads between requests (PINGs, SETTINGS) start no request head:
+    /// reads then cost nothing here.
     watching: AtomicBool,
+    /// Whether any byte came in (a client that connects and leaves sent nothing wrong).
+    heard: AtomicBool,
     limits: Limits,
 }
 
 impl Activity {
-    fn new(limits: Limits) -> Activity {
+    fn new(limits: Limits, protocol: Protocol) -> Activity {
         let now = Instant::now();
         Activity {
             // The first request's head is due from the start: a client that connects and
@@ -287,7 +344,8 @@ impl Activity {
                 head_started: Some(now),
             }),
             changed: Notify::new(),
-            watching: AtomicBool::new(true),
+            watching: AtomicBool::new(protocol == Protocol::Http1),
+            heard: AtomicBool::new(false),
             limits,
         }
     }
@@ -300,6 +358,9 @@ impl Activity {
 
     /// Bytes came in.
     fn read(&self) {
+        if !self.heard.load(Ordering::Relaxed) {
+            self.heard.store(true, Ordering::Relaxed);
+        }
         if !self.watching.load(Ordering::Relaxed) {
             return;
         }
@@ -317,6 +378,12 @@ impl Activity {
         phase.busy += 1;
         phase.head_started = None;
         Busy(Arc::clone(self))
+    }
+
+    /// Whether a request has been read on the connection.
+    fn served(&self) -> bool {
+        let phase = self.phase();
+        phase.busy > 0 || phase.head_started.is_none()
     }
 
     /// The deadline the connection is under, if any.
@@ -347,16 +414,18 @@ impl Drop for Busy {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn connection(
+    protocol: Protocol,
     stream: TcpStream,
     peer: SocketAddr,
     permit: OwnedSemaphorePermit,
     app: Router,
     config: Arc<Listener>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     _alive: mpsc::Sender<()>,
 ) {
-    let activity = Arc::new(Activity::new(config.limits));
+    let activity = Arc::new(Activity::new(config.limits, protocol));
     let io = TokioIo::new(Watched {
         io: stream,
         activity: Arc::clone(&activity),
@@ -368,19 +437,90 @@ async fn connection(
         peer,
         activity: Arc::clone(&activity),
     };
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    // The timeouts are this module's (hyper's own header timeout also runs between
-    // requests, so it cannot tell idle from slow).
-    builder.keep_alive(true).header_read_timeout(None);
-    let conn = builder.serve_connection(io, service).with_upgrades();
+    match protocol {
+        Protocol::Http1 => {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            // The timeouts are this module's (hyper's own header timeout also runs between
+            // requests, so it cannot tell idle from slow).
+            builder.keep_alive(true).header_read_timeout(None);
+            let conn = builder.serve_connection(io, service).with_upgrades();
+            drive(conn, protocol, &activity, &config, peer, stop).await;
+        }
+        Protocol::Http2 => {
+            let mut builder =
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+            // hyper's defaults bound a request's head (16 KiB) and the resets a client
+            // may cause; each open stream may hold a body, so few at once.
+            builder.max_concurrent_streams(H2_MAX_STREAMS);
+            let conn = builder.serve_connection(io, service);
+            drive(conn, protocol, &activity, &config, peer, stop).await;
+        }
+    }
+    activity.watching.store(false, Ordering::Relaxed);
+}
+
+/// The most streams (requests) one HTTP/2 connection may have open at once: each may
+/// hold a request body of up to the component's size bound.
+const H2_MAX_STREAMS: u32 = 32;
+
+/// A hyper connection that can be asked to finish gracefully.
+trait Conn: Future<Output = Result<(), hyper::Error>> {
+    fn finish(self: Pin<&mut Self>);
+}
+
+impl Conn for hyper::server::conn::http1::UpgradeableConnection<TokioIo<Watched>, Guarded> {
+    fn finish(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl Conn
+    for hyper::server::conn::http2::Connection<
+        TokioIo<Watched>,
+        Guarded,
+        hyper_util::rt::TokioExecutor,
+    >
+{
+    fn finish(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// Runs a connection to its end under its bounds: the header and idle timeouts, and a
+/// graceful end when the listener stops.
+async fn drive(
+    conn: impl Conn,
+    protocol: Protocol,
+    activity: &Activity,
+    config: &Listener,
+    peer: SocketAddr,
+    mut stop: watch::Receiver<bool>,
+) {
     tokio::pin!(conn);
     let mut stopping = false;
+    // An HTTP/2 connection told to go (idle, or the listener stopping) is given this
+    // long to close by itself once no stream is open.
+    let mut closing_by: Option<Instant> = None;
+    let mut served = false;
     loop {
-        let deadline = activity.deadline();
+        let deadline = match (activity.deadline(), closing_by) {
+            // Told to go: closed by force only once no stream is left and it lingers.
+            (Some(_), Some(by)) => Some((by, Expired::Idle)),
+            (None, Some(_)) => None,
+            (d, None) => d,
+        };
         let wake = deadline.map_or_else(|| Instant::now() + Duration::from_secs(86_400), |d| d.0);
         tokio::select! {
             ended = conn.as_mut() => {
                 if let Err(e) = ended {
+                    served |= activity.served();
+                    if protocol == Protocol::Http2
+                        && !served
+                        && activity.heard.load(Ordering::Relaxed)
+                    {
+                        // Not an HTTP/2 client (an HTTP/1 request, TLS, garbage).
+                        config.stats.http_refused("not_http2");
+                    }
                     tracing::debug!(listener = %config.name, %peer, "connection ended: {e}");
                 }
                 break;
@@ -388,9 +528,16 @@ async fn connection(
             () = activity.changed.notified() => {}
             _ = stop.wait_for(|s| *s), if !stopping => {
                 stopping = true;
-                conn.as_mut().graceful_shutdown();
+                conn.as_mut().finish();
             }
             () = tokio::time::sleep_until(wake), if deadline.is_some() => {
+                if let Some(by) = closing_by {
+                    if by <= Instant::now() && activity.deadline().is_some() {
+                        break;
+                    }
+                    continue;
+                }
+
                 match activity.deadline() {
                     Some((at, Expired::Header)) if at <= Instant::now() => {
                         config.stats.http_refused("header_timeout");
@@ -399,14 +546,20 @@ async fn connection(
                     }
                     Some((at, Expired::Idle)) if at <= Instant::now() => {
                         tracing::trace!(listener = %config.name, %peer, "closed an idle connection");
-                        break;
+                        if protocol == Protocol::Http1 {
+                            break;
+                        }
+                        // A GOAWAY first: a client about to send a request on the
+                        // connection then knows to use a new one instead of failing.
+                        conn.as_mut().finish();
+                        closing_by = Some(Instant::now() + config.limits.header_timeout);
                     }
                     _ => {}
                 }
             }
         }
+        served |= activity.served();
     }
-    activity.watching.store(false, Ordering::Relaxed);
 }
 
 /// The socket of a connection: reads are reported to its [`Activity`], and it holds the
@@ -481,7 +634,15 @@ impl hyper::service::Service<Request<Incoming>> for Guarded {
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let busy = self.activity.begin();
-        if let Err(refused) = self.config.access.check(request.headers()) {
+        let checked = if request.version() == axum::http::Version::HTTP_2 {
+            let authority = request.uri().authority().map(|a| a.as_str());
+            self.config
+                .access
+                .check_with_authority(request.headers(), authority)
+        } else {
+            self.config.access.check(request.headers())
+        };
+        if let Err(refused) = checked {
             self.config.stats.http_refused(refused.reason);
             tracing::debug!(listener = %self.config.name, peer = %self.peer, reason = refused.reason, "refused a request");
             let response = (self.config.refusal)(StatusCode::FORBIDDEN, refused.message);
