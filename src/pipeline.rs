@@ -129,6 +129,8 @@ pub const ADAPTERS: &[&Adapter] = &[
     &patchbay_nats::ADAPTER,
     #[cfg(feature = "osc")]
     &patchbay_osc::ADAPTER,
+    #[cfg(feature = "mqtt")]
+    &patchbay_mqtt::ADAPTER,
 ];
 
 /// Why `type = "midi"` is refused by a build without the `midi` feature.
