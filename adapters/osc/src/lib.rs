@@ -83,7 +83,7 @@ pub use parse::parse_decoder;
 pub use peers::{AllowedPeers, Network, NetworkError};
 pub use source::{
     DEFAULT_LISTEN, DEFAULT_MAX_PACKET, MAX_PACKET_LIMIT, MIN_PACKET, OscSourceConfig,
-    SOURCE_GAUGES, SourceSettings, parse_listen,
+    SOURCE_GAUGES, SourceSettings,
 };
 
 use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};

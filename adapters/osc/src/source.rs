@@ -1,7 +1,7 @@
 //! The `osc` source: OSC packets on a UDP socket become `osc.message` signals.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use patchbay_graph::{
 };
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{SharedSignal, now_ms};
+use patchbay_transport::listen::parse_listen;
 use serde::Deserialize;
 use tokio::net::UdpSocket;
 
@@ -78,16 +79,6 @@ pub struct SourceSettings {
     pub allowed_peers: Option<AllowedPeers>,
     /// The largest packet taken.
     pub max_packet: usize,
-}
-
-/// Reads `IP:PORT`, or `localhost:PORT` (loopback by definition, so resolved without I/O).
-pub fn parse_listen(text: &str) -> Option<SocketAddr> {
-    let text = text.trim();
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Some(addr);
-    }
-    let port = text.strip_prefix("localhost:")?.parse::<u16>().ok()?;
-    Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port))
 }
 
 impl OscSourceConfig {

@@ -1,6 +1,6 @@
 //! The `sidecar` output's options and the checks made on them when the config loads.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use patchbay_graph::config::{MAX_DURATION_MS, MAX_QUEUE};
 use patchbay_graph::{Diagnostic, Options};
@@ -326,18 +326,7 @@ const HOST_KEYS: [&str; 8] = [
     "allowed_hosts.7",
 ];
 
-/// Parses a `listen` option: `IP:PORT`, or `localhost:PORT` for `127.0.0.1:PORT` (no
-/// name lookup). Other listening components use it so that `listen` reads the same
-/// everywhere.
-pub fn parse_listen(text: &str) -> Option<SocketAddr> {
-    let text = text.trim();
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Some(addr);
-    }
-    // `localhost` is resolved here without I/O: it is loopback by definition.
-    let port = text.strip_prefix("localhost:")?.parse::<u16>().ok()?;
-    Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port))
-}
+pub use patchbay_transport::listen::parse_listen;
 
 #[cfg(test)]
 mod tests {

@@ -705,3 +705,19 @@ impl http_body::Body for Tracked {
         self.inner.size_hint()
     }
 }
+
+/// Parses a `listen` option: `IP:PORT`, or `localhost:PORT` for `127.0.0.1:PORT` (no
+/// name lookup). Every listening component (the sidecar, hook endpoints, the otlp and
+/// osc sources) uses it, so that `listen` reads the same everywhere.
+pub fn parse_listen(text: &str) -> Option<SocketAddr> {
+    let text = text.trim();
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Some(addr);
+    }
+    // `localhost` is resolved here without I/O: it is loopback by definition.
+    let port = text.strip_prefix("localhost:")?.parse::<u16>().ok()?;
+    Some(SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        port,
+    ))
+}
