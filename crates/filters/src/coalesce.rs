@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use patchbay_graph::config::MAX_DURATION_MS;
-use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
+use patchbay_graph::{ClockKind, Diagnostic, Emit, FilterSpec, Options};
 use patchbay_signal::path::{Found, Path};
 use patchbay_signal::{SharedSignal, Signal};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::ConfigError;
-use crate::key_timers::{AfterRelease, KeyTimers};
+use crate::key_timers::{AfterRelease, HoldRules, Holding, KeyTimers};
 use crate::keyed::{KeySpec, Slot};
 use crate::options::{
     DotPath, KeyPaths, MAX_COUNT, MAX_KEYS, default_max_keys, millis, parse_path, positive,
@@ -89,163 +89,131 @@ impl CoalesceConfig {
         if self.types.is_empty() {
             return Err(ConfigError::at("types", "`types` needs at least one type"));
         }
-        let settings = Arc::new(Settings {
-            types: self.types,
-            field: self.field.0,
-            window: millis(self.window_ms),
-            max_chars: self
-                .max_chars
-                .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
-            keys: KeySpec::new(self.key.0, self.max_keys),
-        });
-        Ok(FilterSpec::new(Some(self.clock), move || {
-            Box::new(Coalesce {
-                keys: KeyTimers::new(&settings.keys),
-                settings: settings.clone(),
-            })
-        }))
+        Ok(Holding::spec(
+            Some(self.clock),
+            KeySpec::new(self.key.0, self.max_keys),
+            Coalesce {
+                types: self.types,
+                field: self.field.0,
+                window: millis(self.window_ms),
+                max_chars: self
+                    .max_chars
+                    .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
+            },
+        ))
     }
-}
-
-#[derive(Debug)]
-struct Settings {
-    types: Vec<String>,
-    field: Path,
-    window: i64,
-    max_chars: Option<usize>,
-    keys: KeySpec,
 }
 
 /// A key's current run.
 #[derive(Debug, Default)]
-struct Run {
+pub(crate) struct Run {
     /// How many signals it merged.
     count: u64,
     /// Its text's length in characters.
     chars: usize,
 }
 
-/// A running `coalesce`.
+/// A `coalesce`'s rules, from its options: which signals make runs and when a run ends.
+/// Its running instances are the shared holding filter over them; the signal a key holds
+/// is its merged run.
+#[derive(Debug)]
 pub struct Coalesce {
-    settings: Arc<Settings>,
-    /// Each key's run; the held signal is the merged one.
-    keys: KeyTimers<Run>,
+    types: Vec<String>,
+    field: Path,
+    window: i64,
+    max_chars: Option<usize>,
 }
 
 impl Coalesce {
     /// The text of a signal that can be part of a run.
     fn text<'a>(&self, signal: &'a Signal) -> Option<&'a str> {
-        if !self.settings.types.iter().any(|t| signal.kind == *t) {
+        if !self.types.iter().any(|t| signal.kind == *t) {
             return None;
         }
-        match self.settings.field.get(signal)? {
+        match self.field.get(signal)? {
             Found::Str(s) => Some(s),
             Found::Json(Value::String(s)) => Some(s),
             _ => None,
         }
     }
 
-    /// Emits the run of `slot` now, after the runs of other keys that started before it.
-    fn release(&mut self, slot: Slot, emit: &mut Emit) {
-        while let Some(earlier) = self.keys.pop_before(slot) {
-            emit.pass(earlier);
-        }
-        if let Some(signal) = self.keys.take(slot) {
-            emit.pass(signal);
-        }
-    }
-
     /// Appends `text` to the run held by `slot`.
-    fn append(&mut self, slot: Slot, text: &str) {
-        let field = &self.settings.field;
-        let Some(run) = self.keys.state_mut(slot) else {
+    fn append(&self, keys: &mut KeyTimers<Run>, slot: Slot, text: &str) {
+        let Some(run) = keys.state_mut(slot) else {
             return;
         };
         run.count += 1;
         run.chars += text.chars().count();
         let count = run.count;
-        let Some(held) = self.keys.held_mut(slot) else {
+        let Some(held) = keys.held_mut(slot) else {
             return;
         };
         // The held signal is usually ours alone: no copy. When the first delta was also
         // sent elsewhere, it is copied once, and the copy is ours from then on.
         let merged = Arc::make_mut(held);
-        let mut content = match field.take(merged) {
+        let mut content = match self.field.take(merged) {
             Some(Value::String(s)) => s,
             _ => String::new(),
         };
         content.push_str(text);
         // The field held a string (it was read as one), so it takes one back.
-        let _ = field.set(merged, Value::String(content));
+        let _ = self.field.set(merged, Value::String(content));
         merged
             .metadata_mut()
             .insert("coalesced".into(), Value::from(count));
     }
 }
 
-impl Filter for Coalesce {
-    fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
-        let now = self.keys.advance(now);
-        self.on_timer(now, emit);
-        let Some(signal) = self.keys.pass_reset(signal, emit) else {
-            return;
-        };
+impl HoldRules for Coalesce {
+    type State = Run;
+
+    fn on_signal(&self, keys: &mut KeyTimers<Run>, signal: SharedSignal, emit: &mut Emit) {
         let Some(text) = self.text(&signal) else {
-            // Not part of a run: the key's run (if any) goes first.
-            if let Some(slot) = self.keys.find(&signal)
-                && self.keys.is_holding(slot)
+            // Not part of a run: the key's run (if any) goes first, after the runs of
+            // other keys that started before it.
+            if let Some(slot) = keys.find(&signal)
+                && keys.is_holding(slot)
             {
-                self.release(slot, emit);
+                keys.release_early(slot, emit);
             }
             emit.pass(signal);
             return;
         };
         let chars = text.chars().count();
-        let slot = self.keys.entry(&signal, |_| Run::default(), emit);
-        let same_run = self
-            .keys
+        let slot = keys.entry(&signal, |_| Run::default(), emit);
+        let same_run = keys
             .held_mut(slot)
             .is_some_and(|held| held.kind == signal.kind);
         if same_run {
             let text = text.to_owned();
-            self.append(slot, &text);
+            self.append(keys, slot, &text);
         } else {
-            if self.keys.is_holding(slot) {
-                self.release(slot, emit);
+            if keys.is_holding(slot) {
+                keys.release_early(slot, emit);
             }
-            if let Some(run) = self.keys.state_mut(slot) {
+            if let Some(run) = keys.state_mut(slot) {
                 *run = Run { count: 1, chars };
             }
-            let due = now.saturating_add(self.settings.window);
-            self.keys.hold(slot, signal, due, emit);
+            let due = keys.now().saturating_add(self.window);
+            keys.hold(slot, signal, due, emit);
         }
-        let full = self.settings.max_chars.is_some_and(|max| {
-            self.keys
-                .state_mut(slot)
-                .is_some_and(|run| run.chars >= max)
-        });
+        let full = self
+            .max_chars
+            .is_some_and(|max| keys.state_mut(slot).is_some_and(|run| run.chars >= max));
         if full {
-            self.release(slot, emit);
+            keys.release_early(slot, emit);
         }
     }
 
-    fn next_due(&self) -> Option<i64> {
-        self.keys.next_due()
-    }
-
-    fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        self.keys.release_due(now, emit, |_, _| AfterRelease::Keep);
-    }
-
-    fn flush(&mut self, emit: &mut Emit) {
-        self.keys.release_all(emit);
+    fn released(&self, _due: i64, _run: &mut Run) -> AfterRelease {
+        AfterRelease::Keep
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{Driver, config, config_error, reset};
+    use crate::testing::{Driver, assert_build_refuses, assert_config_refuses, config, reset};
     use patchbay_graph::Port;
     use patchbay_signal::object;
 
@@ -440,33 +408,24 @@ mod tests {
 
     #[test]
     fn absurd_numbers_are_refused_at_their_value() {
-        let err = |toml: &str| crate::testing::build_error(toml, build);
-        let (l, c, m) = err(
+        let refuses = |toml: &str, at, says: &str| assert_build_refuses(build, toml, at, says);
+        refuses(
             "types = [\"text_delta\"]\nfield = \"payload.content\"\nwindow_ms = 1000000000000000000",
+            (3, 13),
+            "`window_ms` must be at least 1 and at most 86400000",
         );
-        assert_eq!((l, c), (3, 13), "{m}");
-        assert!(
-            m.contains("`window_ms` must be at least 1 and at most 86400000"),
-            "{m}"
-        );
-        let (l, c, m) =
-            err("types = [\"text_delta\"]\nfield = \"payload.content\"\nmax_keys = 1000000000000");
-        assert_eq!((l, c), (3, 12), "{m}");
-        assert!(
-            m.contains("`max_keys` must be at least 1 and at most 1000000"),
-            "{m}"
+        refuses(
+            "types = [\"text_delta\"]\nfield = \"payload.content\"\nmax_keys = 1000000000000",
+            (3, 12),
+            "`max_keys` must be at least 1 and at most 1000000",
         );
     }
 
     #[test]
     fn config_errors() {
-        let (l, c, m) = config_error::<CoalesceConfig>("window_ms = 0");
-        assert_eq!((l, c), (1, 13), "{m}");
-        let (l, c, m) = config_error::<CoalesceConfig>("key = 5");
-        assert_eq!((l, c), (1, 7), "{m}");
-        assert!(m.contains("path or an array of paths"), "{m}");
-        let (l, c, m) = config_error::<CoalesceConfig>("key = [\"a..b\"]");
-        assert_eq!((l, c), (1, 7), "{m}");
+        assert_config_refuses::<CoalesceConfig>("window_ms = 0", (1, 13), "");
+        assert_config_refuses::<CoalesceConfig>("key = 5", (1, 7), "path or an array of paths");
+        assert_config_refuses::<CoalesceConfig>("key = [\"a..b\"]", (1, 7), "");
         let e = config::<CoalesceConfig>("types = []")
             .into_spec()
             .unwrap_err();

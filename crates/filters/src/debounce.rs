@@ -1,14 +1,12 @@
 //! `debounce`: per key, the last signal of a burst, once the key has been quiet.
 
-use std::sync::Arc;
-
 use patchbay_graph::config::MAX_DURATION_MS;
-use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
+use patchbay_graph::{ClockKind, Diagnostic, Emit, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
 use serde::Deserialize;
 
 use crate::ConfigError;
-use crate::key_timers::{AfterRelease, KeyTimers};
+use crate::key_timers::{AfterRelease, HoldRules, Holding, KeyTimers};
 use crate::keyed::KeySpec;
 use crate::options::{KeyPaths, MAX_KEYS, default_max_keys, millis, positive, positive_opt};
 
@@ -62,50 +60,40 @@ impl DebounceConfig {
                 ),
             ));
         }
-        let settings = Arc::new(Settings {
-            quiet: millis(self.quiet_ms),
-            max_wait: self.max_wait_ms.map(millis),
-            keys: KeySpec::new(self.key.0, self.max_keys),
-        });
-        Ok(FilterSpec::new(Some(self.clock), move || {
-            Box::new(Debounce {
-                keys: KeyTimers::new(&settings.keys),
-                settings: settings.clone(),
-            })
-        }))
+        Ok(Holding::spec(
+            Some(self.clock),
+            KeySpec::new(self.key.0, self.max_keys),
+            Debounce {
+                quiet: millis(self.quiet_ms),
+                max_wait: self.max_wait_ms.map(millis),
+            },
+        ))
     }
-}
-
-#[derive(Debug)]
-struct Settings {
-    quiet: i64,
-    max_wait: Option<i64>,
-    keys: KeySpec,
 }
 
 /// A key's burst.
 #[derive(Debug, Default)]
-struct Burst {
+pub(crate) struct Burst {
     /// When the burst's first signal came (while the key holds a signal).
     started: Option<i64>,
 }
 
-/// A running `debounce`.
+/// A `debounce`'s rules, from its options: when a key's burst ends. Its running instances
+/// are the shared holding filter over them.
+#[derive(Debug)]
 pub struct Debounce {
-    settings: Arc<Settings>,
-    keys: KeyTimers<Burst>,
+    quiet: i64,
+    max_wait: Option<i64>,
 }
 
-impl Filter for Debounce {
-    fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
-        let now = self.keys.advance(now);
-        self.on_timer(now, emit);
-        let Some(signal) = self.keys.pass_reset(signal, emit) else {
-            return;
-        };
-        let slot = self.keys.entry(&signal, |_| Burst::default(), emit);
-        let holding = self.keys.is_holding(slot);
-        let Some(burst) = self.keys.state_mut(slot) else {
+impl HoldRules for Debounce {
+    type State = Burst;
+
+    fn on_signal(&self, keys: &mut KeyTimers<Burst>, signal: SharedSignal, emit: &mut Emit) {
+        let now = keys.now();
+        let slot = keys.entry(&signal, |_| Burst::default(), emit);
+        let holding = keys.is_holding(slot);
+        let Some(burst) = keys.state_mut(slot) else {
             return;
         };
         let started = match burst.started {
@@ -113,32 +101,23 @@ impl Filter for Debounce {
             _ => now,
         };
         burst.started = Some(started);
-        let mut due = now.saturating_add(self.settings.quiet);
-        if let Some(max_wait) = self.settings.max_wait {
+        let mut due = now.saturating_add(self.quiet);
+        if let Some(max_wait) = self.max_wait {
             due = due.min(started.saturating_add(max_wait));
         }
-        self.keys.hold(slot, signal, due, emit);
+        keys.hold(slot, signal, due, emit);
     }
 
-    fn next_due(&self) -> Option<i64> {
-        self.keys.next_due()
-    }
-
-    fn on_timer(&mut self, now: i64, emit: &mut Emit) {
+    fn released(&self, _due: i64, _burst: &mut Burst) -> AfterRelease {
         // The burst is over: the key is forgotten (nothing is left to remember).
-        self.keys
-            .release_due(now, emit, |_, _| AfterRelease::Forget);
-    }
-
-    fn flush(&mut self, emit: &mut Emit) {
-        self.keys.release_all(emit);
+        AfterRelease::Forget
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{Driver, config, config_error, timeline};
+    use crate::testing::{Driver, assert_build_refuses, assert_config_refuses, config, timeline};
 
     fn run(toml: &str, line: &str) -> Vec<String> {
         let toml = format!("clock = \"event\"\nkey = \"payload.k\"\n{toml}");
@@ -181,30 +160,28 @@ mod tests {
 
     #[test]
     fn absurd_numbers_are_refused_at_their_value() {
-        let err = |toml: &str| crate::testing::build_error(toml, build);
-        let (l, c, m) = err("quiet_ms = 1000000000000000000");
-        assert_eq!((l, c), (1, 12), "{m}");
-        assert!(
-            m.contains("`quiet_ms` must be at least 1 and at most 86400000"),
-            "{m}"
+        let refuses = |toml: &str, at, says: &str| assert_build_refuses(build, toml, at, says);
+        refuses(
+            "quiet_ms = 1000000000000000000",
+            (1, 12),
+            "`quiet_ms` must be at least 1 and at most 86400000",
         );
-        let (l, c, m) = err("quiet_ms = 5\nmax_wait_ms = 1000000000000000000");
-        assert_eq!((l, c), (2, 15), "{m}");
-        let (l, c, m) = err("quiet_ms = 5\nmax_keys = 1000000000000");
-        assert_eq!((l, c), (2, 12), "{m}");
-        assert!(
-            m.contains("`max_keys` must be at least 1 and at most 1000000"),
-            "{m}"
+        refuses(
+            "quiet_ms = 5\nmax_wait_ms = 1000000000000000000",
+            (2, 15),
+            "",
+        );
+        refuses(
+            "quiet_ms = 5\nmax_keys = 1000000000000",
+            (2, 12),
+            "`max_keys` must be at least 1 and at most 1000000",
         );
     }
 
     #[test]
     fn config_errors() {
-        let (l, c, m) = config_error::<DebounceConfig>("max_wait_ms = 5");
-        assert_eq!((l, c), (1, 1), "{m}");
-        assert!(m.contains("quiet_ms"), "{m}");
-        let (l, c, m) = config_error::<DebounceConfig>("quiet_ms = -1");
-        assert_eq!((l, c), (1, 12), "{m}");
+        assert_config_refuses::<DebounceConfig>("max_wait_ms = 5", (1, 1), "quiet_ms");
+        assert_config_refuses::<DebounceConfig>("quiet_ms = -1", (1, 12), "");
         let e = config::<DebounceConfig>("quiet_ms = 100\nmax_wait_ms = 50")
             .into_spec()
             .unwrap_err();

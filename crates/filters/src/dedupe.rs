@@ -149,16 +149,13 @@ impl Filter for Dedupe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{Driver, config, config_error, keyed, reset, sig};
+    use crate::testing::{
+        Driver, assert_build_refuses, assert_config_refuses, config, reset, sig, timeline,
+    };
 
     fn run(toml: &str, signals: Vec<Signal>) -> Vec<String> {
         let spec = config::<DedupeConfig>(toml).into_spec().unwrap();
         Driver::new(&spec).run(signals)
-    }
-
-    /// `keyed(ts, label, key)` with `payload.n` the label and `payload.k` the key.
-    fn k(ts: i64, n: &str, key: &str) -> Signal {
-        keyed(ts, n, key)
     }
 
     #[test]
@@ -166,15 +163,7 @@ mod tests {
         let toml = "fields = [\"payload.k\"]\nwindow_ms = 100";
         let out = run(
             toml,
-            vec![
-                k(0, "a1", "a"),
-                k(50, "b1", "b"),
-                k(99, "a2", "a"),
-                k(100, "a3", "a"),
-                k(150, "b2", "b"),
-                k(199, "a4", "a"),
-                k(200, "a5", "a"),
-            ],
+            timeline("a1@0 b1@50 a2@99 a3@100 b2@150 a4@199 a5@200"),
         );
         // The window counts from the signal that passed: a1 at 0, a3 at 100, a5 at 200.
         assert_eq!(out, ["a1", "b1", "-a2", "a3", "b2", "-a4", "a5"]);
@@ -199,17 +188,7 @@ mod tests {
     #[test]
     fn max_keys_forgets_the_least_recently_seen() {
         let toml = "fields = [\"payload.k\"]\nmax_keys = 2";
-        let out = run(
-            toml,
-            vec![
-                k(0, "a1", "a"),
-                k(1, "b1", "b"),
-                k(2, "a2", "a"),
-                k(3, "c1", "c"),
-                k(4, "b2", "b"),
-                k(5, "a3", "a"),
-            ],
-        );
+        let out = run(toml, timeline("a1@0 b1@1 a2@2 c1@3 b2@4 a3@5"));
         // c evicts b (a was seen again at 2), then b comes back and evicts a.
         assert_eq!(out, ["a1", "b1", "-a2", "c1", "b2", "a3"]);
     }
@@ -222,27 +201,23 @@ mod tests {
 
     #[test]
     fn absurd_numbers_are_refused_at_their_value() {
-        let err = |toml: &str| crate::testing::build_error(toml, build);
-        let (l, c, m) = err("window_ms = 1000000000000000000");
-        assert_eq!((l, c), (1, 13), "{m}");
-        assert!(
-            m.contains("`window_ms` must be at least 1 and at most 86400000"),
-            "{m}"
+        let refuses = |toml: &str, at, says: &str| assert_build_refuses(build, toml, at, says);
+        refuses(
+            "window_ms = 1000000000000000000",
+            (1, 13),
+            "`window_ms` must be at least 1 and at most 86400000",
         );
-        let (l, c, m) = err("max_keys = 1000000000000");
-        assert_eq!((l, c), (1, 12), "{m}");
-        assert!(
-            m.contains("`max_keys` must be at least 1 and at most 1000000"),
-            "{m}"
+        refuses(
+            "max_keys = 1000000000000",
+            (1, 12),
+            "`max_keys` must be at least 1 and at most 1000000",
         );
     }
 
     #[test]
     fn config_errors() {
-        let (l, c, m) = config_error::<DedupeConfig>("window_ms = 0");
-        assert_eq!((l, c), (1, 13), "{m}");
-        let (l, c, m) = config_error::<DedupeConfig>("fields = [\"payload.\"]");
-        assert_eq!((l, c), (1, 10), "{m}");
+        assert_config_refuses::<DedupeConfig>("window_ms = 0", (1, 13), "");
+        assert_config_refuses::<DedupeConfig>("fields = [\"payload.\"]", (1, 10), "");
         let e = config::<DedupeConfig>("fields = []")
             .into_spec()
             .unwrap_err();

@@ -1,9 +1,13 @@
 //! The per-key bookkeeping of the filters that hold a signal until a timer releases it
 //! (`throttle`, `sample` with `interval_ms`, `coalesce`, `debounce`): keyed states bounded
 //! by `max_keys`, at most one held signal per key, the timers that release them, the
-//! filter's clock and what a `reset` signal does to them.
+//! filter's clock and what a `reset` signal does to them ([`KeyTimers`]), and the running
+//! filter around them ([`Holding`]), so that each of those filters is only its rules
+//! ([`HoldRules`]).
 
-use patchbay_graph::Emit;
+use std::sync::Arc;
+
+use patchbay_graph::{ClockKind, Emit, Filter, FilterSpec};
 use patchbay_signal::{SharedSignal, Signal};
 
 use crate::RESET;
@@ -61,22 +65,27 @@ impl<S> KeyTimers<S> {
         self.keys.is_keyed()
     }
 
+    /// The filter's clock: the latest time it was given.
+    pub(crate) fn now(&self) -> i64 {
+        self.now
+    }
+
     /// Moves the clock to `now` unless it is already later, and returns it: a signal
     /// older than the clock is handled at the clock's time.
-    pub(crate) fn advance(&mut self, now: i64) -> i64 {
+    fn advance(&mut self, now: i64) -> i64 {
         self.now = self.now.max(now);
         self.now
     }
 
     /// The earliest due timer.
-    pub(crate) fn next_due(&self) -> Option<i64> {
+    fn next_due(&self) -> Option<i64> {
         self.timers.next_due()
     }
 
     /// Emits every held signal whose timer is due at or before `now`, in firing order (and
     /// moves the clock to `now`). Before each one leaves, `released` is given its due time
     /// and its key's state, to update, and says whether the key is kept.
-    pub(crate) fn release_due(
+    fn release_due(
         &mut self,
         now: i64,
         emit: &mut Emit,
@@ -100,11 +109,7 @@ impl<S> KeyTimers<S> {
     /// Handles a `reset` signal: emits every held signal (in order of due time), forgets
     /// every key and passes the reset on, then returns `None`. Any other signal is handed
     /// back to the filter.
-    pub(crate) fn pass_reset(
-        &mut self,
-        signal: SharedSignal,
-        emit: &mut Emit,
-    ) -> Option<SharedSignal> {
+    fn pass_reset(&mut self, signal: SharedSignal, emit: &mut Emit) -> Option<SharedSignal> {
         if signal.kind != RESET {
             return Some(signal);
         }
@@ -115,7 +120,7 @@ impl<S> KeyTimers<S> {
 
     /// Emits every held signal in order of due time and forgets every key (for a `reset`
     /// signal and at end of input).
-    pub(crate) fn release_all(&mut self, emit: &mut Emit) {
+    fn release_all(&mut self, emit: &mut Emit) {
         for slot in self.timers.take_all() {
             if let Some(held) = self.keys.get_mut(slot).and_then(|e| e.held.take()) {
                 emit.pass(held.signal);
@@ -185,16 +190,27 @@ impl<S> KeyTimers<S> {
     }
 
     /// Takes the signal the key at `slot` holds, cancelling its timer (the key is kept).
-    pub(crate) fn take(&mut self, slot: Slot) -> Option<SharedSignal> {
+    fn take(&mut self, slot: Slot) -> Option<SharedSignal> {
         let held = self.keys.get_mut(slot)?.held.take()?;
         self.timers.remove(held.due, held.seq);
         Some(held.signal)
     }
 
+    /// Emits the signal the key at `slot` holds now, before its timer, after the held
+    /// signals whose timers come before its own: held signals leave in timer order even
+    /// when one of them leaves early.
+    pub(crate) fn release_early(&mut self, slot: Slot, emit: &mut Emit) {
+        while let Some(earlier) = self.pop_before(slot) {
+            emit.pass(earlier);
+        }
+        if let Some(signal) = self.take(slot) {
+            emit.pass(signal);
+        }
+    }
+
     /// Takes the earliest held signal that was held before the one `slot` holds (its timer
-    /// due earlier, or at the same time and held first), so that a filter releasing
-    /// `slot` early can first release what came before it.
-    pub(crate) fn pop_before(&mut self, slot: Slot) -> Option<SharedSignal> {
+    /// due earlier, or at the same time and held first).
+    fn pop_before(&mut self, slot: Slot) -> Option<SharedSignal> {
         let (due, seq) = {
             let held = self.keys.get(slot)?.held.as_ref()?;
             (held.due, held.seq)
@@ -209,5 +225,69 @@ impl<S> KeyTimers<S> {
                 return Some(held.signal);
             }
         }
+    }
+}
+
+/// What one holding filter does with the keys that [`Holding`] keeps for it: the part
+/// that differs between `throttle`, `sample`, `coalesce` and `debounce`.
+pub(crate) trait HoldRules: Send + Sync + 'static {
+    /// What the filter remembers per key, besides the signal the key holds.
+    type State: Send;
+
+    /// Handles a signal at the time of `keys`' clock ([`KeyTimers::now`]): the timers
+    /// due by then have fired and a `reset` signal was handled already, so `signal` is
+    /// never one.
+    fn on_signal(&self, keys: &mut KeyTimers<Self::State>, signal: SharedSignal, emit: &mut Emit);
+
+    /// A key's timer, due at `due`, is releasing the signal the key held: updates the
+    /// key's state and says whether the key is kept.
+    fn released(&self, due: i64, state: &mut Self::State) -> AfterRelease;
+}
+
+/// A running holding filter: the rules `R` over [`KeyTimers`]. What every holding filter
+/// does alike is written here once: the clock never goes back, due timers fire before a
+/// signal, a `reset` signal emits every held signal and forgets every key, and the end of
+/// input emits every held signal.
+pub(crate) struct Holding<R: HoldRules> {
+    rules: Arc<R>,
+    keys: KeyTimers<R::State>,
+}
+
+impl<R: HoldRules> Holding<R> {
+    /// The spec of a filter running `rules` on `clock`, keyed as `keys` says: each
+    /// instance starts with no keys.
+    pub(crate) fn spec(clock: Option<ClockKind>, keys: KeySpec, rules: R) -> FilterSpec {
+        let rules = Arc::new(rules);
+        FilterSpec::new(clock, move || {
+            Box::new(Holding {
+                keys: KeyTimers::new(&keys),
+                rules: rules.clone(),
+            })
+        })
+    }
+}
+
+impl<R: HoldRules> Filter for Holding<R> {
+    fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
+        let now = self.keys.advance(now);
+        self.on_timer(now, emit);
+        let Some(signal) = self.keys.pass_reset(signal, emit) else {
+            return;
+        };
+        self.rules.on_signal(&mut self.keys, signal, emit);
+    }
+
+    fn next_due(&self) -> Option<i64> {
+        self.keys.next_due()
+    }
+
+    fn on_timer(&mut self, now: i64, emit: &mut Emit) {
+        let rules = &self.rules;
+        self.keys
+            .release_due(now, emit, |due, state| rules.released(due, state));
+    }
+
+    fn flush(&mut self, emit: &mut Emit) {
+        self.keys.release_all(emit);
     }
 }

@@ -1,14 +1,12 @@
 //! `sample`: one in N, a seeded random ratio, or the latest value per time window.
 
-use std::sync::Arc;
-
 use patchbay_graph::config::MAX_DURATION_MS;
-use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
+use patchbay_graph::{ClockKind, Diagnostic, Emit, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
 use serde::Deserialize;
 
 use crate::ConfigError;
-use crate::key_timers::{AfterRelease, KeyTimers};
+use crate::key_timers::{AfterRelease, HoldRules, Holding, KeyTimers};
 use crate::keyed::{Key, KeySpec};
 use crate::options::{
     DotPath, MAX_COUNT, MAX_KEYS, default_max_keys, millis, positive, positive_opt, ratio_opt,
@@ -113,22 +111,15 @@ impl SampleConfig {
             }
             _ => None,
         };
-        let settings = Arc::new(Settings {
-            mode,
-            seed: self.seed.unwrap_or(DEFAULT_SEED),
-            keys: KeySpec::new(self.key.map(|k| k.0), self.max_keys),
-        });
-        Ok(FilterSpec::new(clock, move || {
-            Box::new(Sample::new(settings.clone()))
-        }))
+        Ok(Holding::spec(
+            clock,
+            KeySpec::new(self.key.map(|k| k.0), self.max_keys),
+            Sample {
+                mode,
+                seed: self.seed.unwrap_or(DEFAULT_SEED),
+            },
+        ))
     }
-}
-
-#[derive(Debug)]
-struct Settings {
-    mode: Mode,
-    seed: u64,
-    keys: KeySpec,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -164,44 +155,32 @@ fn fresh_state(seed: u64, is_keyed: bool, key: &Key) -> KeyState {
 }
 
 #[derive(Debug)]
-struct KeyState {
+pub(crate) struct KeyState {
     /// `every`: signals seen.
     count: u64,
     /// `ratio`: the random stream.
     rng: u64,
 }
 
-/// A running `sample`.
+/// A `sample`'s rules, from its options: what it does with each signal. Its running
+/// instances are the shared holding filter over them (with `interval_ms`, each key holds
+/// the latest signal of its current window).
+#[derive(Debug)]
 pub struct Sample {
-    settings: Arc<Settings>,
-    /// Each key's state and, with `interval_ms`, the latest signal of its current window.
-    keys: KeyTimers<KeyState>,
+    mode: Mode,
+    seed: u64,
 }
 
-impl Sample {
-    fn new(settings: Arc<Settings>) -> Self {
-        Sample {
-            keys: KeyTimers::new(&settings.keys),
-            settings,
-        }
-    }
-}
+impl HoldRules for Sample {
+    type State = KeyState;
 
-impl Filter for Sample {
-    fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
-        let now = self.keys.advance(now);
-        self.on_timer(now, emit);
-        let Some(signal) = self.keys.pass_reset(signal, emit) else {
+    fn on_signal(&self, keys: &mut KeyTimers<KeyState>, signal: SharedSignal, emit: &mut Emit) {
+        let (seed, is_keyed) = (self.seed, keys.is_keyed());
+        let slot = keys.entry(&signal, |key| fresh_state(seed, is_keyed, key), emit);
+        let Some(state) = keys.state_mut(slot) else {
             return;
         };
-        let (seed, is_keyed) = (self.settings.seed, self.keys.is_keyed());
-        let slot = self
-            .keys
-            .entry(&signal, |key| fresh_state(seed, is_keyed, key), emit);
-        let Some(state) = self.keys.state_mut(slot) else {
-            return;
-        };
-        match self.settings.mode {
+        match self.mode {
             Mode::Every(n) => {
                 let pass = state.count % n == 0;
                 state.count = state.count.wrapping_add(1);
@@ -219,32 +198,26 @@ impl Filter for Sample {
                 }
             }
             Mode::Interval(interval) => {
-                let window = now.div_euclid(interval);
+                let window = keys.now().div_euclid(interval);
                 let due = window.saturating_add(1).saturating_mul(interval);
-                self.keys.hold(slot, signal, due, emit);
+                keys.hold(slot, signal, due, emit);
             }
         }
     }
 
-    fn next_due(&self) -> Option<i64> {
-        self.keys.next_due()
-    }
-
-    fn on_timer(&mut self, now: i64, emit: &mut Emit) {
+    fn released(&self, _due: i64, _state: &mut KeyState) -> AfterRelease {
         // A window's key has nothing else to remember: forget it.
-        self.keys
-            .release_due(now, emit, |_, _| AfterRelease::Forget);
-    }
-
-    fn flush(&mut self, emit: &mut Emit) {
-        self.keys.release_all(emit);
+        AfterRelease::Forget
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{Driver, config, config_error, keyed, labels, reset, sig, timeline};
+    use crate::testing::{
+        Driver, assert_build_refuses, assert_config_refuses, config, keyed, labels, reset, sig,
+        timeline,
+    };
     use patchbay_signal::Signal;
 
     fn driver(toml: &str) -> Driver {
@@ -261,17 +234,14 @@ mod tests {
 
     #[test]
     fn absurd_numbers_are_refused_at_their_value() {
-        let err = |toml: &str| crate::testing::build_error(toml, build);
-        let (l, c, m) = err("interval_ms = 1000000000000000000");
-        assert_eq!((l, c), (1, 15), "{m}");
-        assert!(
-            m.contains("`interval_ms` must be at least 1 and at most 86400000"),
-            "{m}"
+        let refuses = |toml: &str, at, says: &str| assert_build_refuses(build, toml, at, says);
+        refuses(
+            "interval_ms = 1000000000000000000",
+            (1, 15),
+            "`interval_ms` must be at least 1 and at most 86400000",
         );
-        let (l, c, m) = err("every = 1000000000000");
-        assert_eq!((l, c), (1, 9), "{m}");
-        let (l, c, m) = err("every = 5\nmax_keys = 1000000000000");
-        assert_eq!((l, c), (2, 12), "{m}");
+        refuses("every = 1000000000000", (1, 9), "");
+        refuses("every = 5\nmax_keys = 1000000000000", (2, 12), "");
     }
 
     #[test]
@@ -417,18 +387,13 @@ mod tests {
 
     #[test]
     fn config_errors() {
-        let err = |toml: &str| config_error::<SampleConfig>(toml);
-        let (l, c, m) = err("every = 0");
-        assert_eq!((l, c), (1, 9), "{m}");
-        let (l, c, m) = err("ratio = 1.5");
-        assert_eq!((l, c), (1, 9), "{m}");
-        assert!(m.contains("between 0 and 1"), "{m}");
-        let (l, c, m) = err("ratio = -0.1");
-        assert_eq!((l, c), (1, 9), "{m}");
-        let (l, c, m) = err("interval_ms = 0");
-        assert_eq!((l, c), (1, 15), "{m}");
-        let (l, c, m) = err("ratio = \"half\"");
-        assert_eq!((l, c), (1, 9), "{m}");
+        let refuses =
+            |toml: &str, at, says: &str| assert_config_refuses::<SampleConfig>(toml, at, says);
+        refuses("every = 0", (1, 9), "");
+        refuses("ratio = 1.5", (1, 9), "between 0 and 1");
+        refuses("ratio = -0.1", (1, 9), "");
+        refuses("interval_ms = 0", (1, 15), "");
+        refuses("ratio = \"half\"", (1, 9), "");
 
         let cross = |toml: &str| config::<SampleConfig>(toml).into_spec().unwrap_err();
         let e = cross("every = 2\nratio = 0.5");

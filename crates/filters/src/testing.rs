@@ -140,11 +140,34 @@ pub(crate) fn config_error<T: DeserializeOwned>(toml: &str) -> (usize, usize, St
     }
 }
 
-/// The location and message of the error a filter's `build` gives for `toml`.
-pub(crate) fn build_error(
+/// A filter's `build` function.
+pub(crate) type Build =
+    fn(&patchbay_graph::Options<'_>) -> Result<FilterSpec, patchbay_graph::Diagnostic>;
+
+/// Asserts that config `T` does not load from `toml`: the error is at `at` (line, column)
+/// and its message contains `says` (`""` when only the place is checked).
+#[track_caller]
+pub(crate) fn assert_config_refuses<T: DeserializeOwned>(
     toml: &str,
-    build: fn(&patchbay_graph::Options<'_>) -> Result<FilterSpec, patchbay_graph::Diagnostic>,
-) -> (usize, usize, String) {
+    at: (usize, usize),
+    says: &str,
+) {
+    let (line, col, message) = config_error::<T>(toml);
+    assert_eq!((line, col), at, "{toml}: {message}");
+    assert!(message.contains(says), "{toml}: {message}");
+}
+
+/// Asserts that `build` refuses `toml`: the error is at `at` (line, column) and its message
+/// contains `says` (`""` when only the place is checked).
+#[track_caller]
+pub(crate) fn assert_build_refuses(build: Build, toml: &str, at: (usize, usize), says: &str) {
+    let (line, col, message) = build_error(toml, build);
+    assert_eq!((line, col), at, "{toml}: {message}");
+    assert!(message.contains(says), "{toml}: {message}");
+}
+
+/// The location and message of the error a filter's `build` gives for `toml`.
+pub(crate) fn build_error(toml: &str, build: Build) -> (usize, usize, String) {
     match patchbay_graph::Options::parse_snippet_with(toml, build) {
         Ok(_) => panic!("{toml} should not build"),
         Err(e) => (e.line, e.col, e.message),

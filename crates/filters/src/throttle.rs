@@ -1,14 +1,12 @@
 //! `throttle`: at most one signal per interval (or a rate with bursts), per key.
 
-use std::sync::Arc;
-
 use patchbay_graph::config::MAX_DURATION_MS;
-use patchbay_graph::{ClockKind, Diagnostic, Emit, Filter, FilterSpec, Options};
+use patchbay_graph::{ClockKind, Diagnostic, Emit, FilterSpec, Options};
 use patchbay_signal::SharedSignal;
 use serde::Deserialize;
 
 use crate::ConfigError;
-use crate::key_timers::{AfterRelease, KeyTimers};
+use crate::key_timers::{AfterRelease, HoldRules, Holding, KeyTimers};
 use crate::keyed::KeySpec;
 use crate::options::{
     DotPath, MAX_COUNT, MAX_KEYS, Rate, default_max_keys, millis, positive, positive_opt,
@@ -104,22 +102,15 @@ impl ThrottleConfig {
             }
             (None, Some(rate)) => Limit::Rate(Gcra::new(rate, self.burst.unwrap_or(1))),
         };
-        let settings = Arc::new(Settings {
-            limit,
-            emit: self.emit,
-            keys: KeySpec::new(self.key.map(|k| k.0), self.max_keys),
-        });
-        Ok(FilterSpec::new(Some(self.clock), move || {
-            Box::new(Throttle::new(settings.clone()))
-        }))
+        Ok(Holding::spec(
+            Some(self.clock),
+            KeySpec::new(self.key.map(|k| k.0), self.max_keys),
+            Throttle {
+                limit,
+                emit: self.emit,
+            },
+        ))
     }
-}
-
-#[derive(Debug)]
-struct Settings {
-    limit: Limit,
-    emit: EmitMode,
-    keys: KeySpec,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -181,7 +172,7 @@ impl Gcra {
 }
 
 #[derive(Debug, Default)]
-struct KeyState {
+pub(crate) struct KeyState {
     /// Interval mode: the end of the current window (idle once it is reached with nothing
     /// pending).
     window_end: Option<i64>,
@@ -189,93 +180,75 @@ struct KeyState {
     tat: Option<i128>,
 }
 
-/// A running `throttle`.
+/// A `throttle`'s rules, from its options: what it does with each signal and with each
+/// released one. Its running instances are the shared holding filter over them.
+#[derive(Debug)]
 pub struct Throttle {
-    settings: Arc<Settings>,
-    /// Each key's state and its pending signal.
-    keys: KeyTimers<KeyState>,
+    limit: Limit,
+    emit: EmitMode,
 }
 
-impl Throttle {
-    fn new(settings: Arc<Settings>) -> Self {
-        Throttle {
-            keys: KeyTimers::new(&settings.keys),
-            settings,
-        }
-    }
-}
+impl HoldRules for Throttle {
+    type State = KeyState;
 
-impl Filter for Throttle {
-    fn on_signal(&mut self, signal: SharedSignal, now: i64, emit: &mut Emit) {
-        let now = self.keys.advance(now);
-        self.on_timer(now, emit);
-        let Some(signal) = self.keys.pass_reset(signal, emit) else {
+    fn on_signal(&self, keys: &mut KeyTimers<KeyState>, signal: SharedSignal, emit: &mut Emit) {
+        let now = keys.now();
+        let slot = keys.entry(&signal, |_| KeyState::default(), emit);
+        let pending = keys.is_holding(slot);
+        let Some(state) = keys.state_mut(slot) else {
             return;
         };
-        let slot = self.keys.entry(&signal, |_| KeyState::default(), emit);
-        let pending = self.keys.is_holding(slot);
-        let mode = self.settings.emit;
-        let Some(state) = self.keys.state_mut(slot) else {
-            return;
-        };
-        match self.settings.limit {
+        match self.limit {
             Limit::Interval(interval) => {
                 let in_window = pending || state.window_end.is_some_and(|end| end > now);
                 if !in_window {
                     let end = now.saturating_add(interval);
                     state.window_end = Some(end);
-                    match mode {
+                    match self.emit {
                         EmitMode::Leading | EmitMode::Both => emit.pass(signal),
-                        EmitMode::Trailing => self.keys.hold(slot, signal, end, emit),
+                        EmitMode::Trailing => keys.hold(slot, signal, end, emit),
                     }
-                } else if mode == EmitMode::Leading {
+                } else if self.emit == EmitMode::Leading {
                     emit.drop(signal);
                 } else {
                     let end = state.window_end.unwrap_or(now);
-                    self.keys.hold(slot, signal, end, emit);
+                    keys.hold(slot, signal, end, emit);
                 }
             }
             Limit::Rate(gcra) => {
                 if !pending && gcra.conforms(state.tat, now) {
                     state.tat = Some(gcra.after_pass(state.tat, now));
                     emit.pass(signal);
-                } else if mode == EmitMode::Leading {
+                } else if self.emit == EmitMode::Leading {
                     emit.drop(signal);
                 } else {
                     let due = gcra.conforming_at(state.tat).max(now);
-                    self.keys.hold(slot, signal, due, emit);
+                    keys.hold(slot, signal, due, emit);
                 }
             }
         }
     }
 
-    fn next_due(&self) -> Option<i64> {
-        self.keys.next_due()
-    }
-
-    fn on_timer(&mut self, now: i64, emit: &mut Emit) {
-        let limit = self.settings.limit;
-        self.keys.release_due(now, emit, |due, state| {
-            match limit {
-                // The released signal ends this window and starts the next one.
-                Limit::Interval(interval) => {
-                    state.window_end = Some(due.saturating_add(interval));
-                }
-                Limit::Rate(gcra) => state.tat = Some(gcra.after_pass(state.tat, due)),
+    fn released(&self, due: i64, state: &mut KeyState) -> AfterRelease {
+        match self.limit {
+            // The released signal ends this window and starts the next one.
+            Limit::Interval(interval) => {
+                state.window_end = Some(due.saturating_add(interval));
             }
-            AfterRelease::Keep
-        });
-    }
-
-    fn flush(&mut self, emit: &mut Emit) {
-        self.keys.release_all(emit);
+            Limit::Rate(gcra) => state.tat = Some(gcra.after_pass(state.tat, due)),
+        }
+        AfterRelease::Keep
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-    use crate::testing::{Driver, config, config_error, reset, sig, timeline};
+    use crate::testing::{
+        Driver, assert_build_refuses, assert_config_refuses, config, reset, sig, timeline,
+    };
 
     fn driver(toml: &str) -> Driver {
         let spec = config::<ThrottleConfig>(toml).into_spec().unwrap();
@@ -293,20 +266,17 @@ mod tests {
 
     #[test]
     fn absurd_numbers_are_refused_at_their_value() {
-        let err = |toml: &str| crate::testing::build_error(toml, build);
-        let (l, c, m) = err("interval_ms = 1000000000000000000");
-        assert_eq!((l, c), (1, 15), "{m}");
-        assert!(
-            m.contains("`interval_ms` must be at least 1 and at most 86400000"),
-            "{m}"
+        let refuses = |toml: &str, at, says: &str| assert_build_refuses(build, toml, at, says);
+        refuses(
+            "interval_ms = 1000000000000000000",
+            (1, 15),
+            "`interval_ms` must be at least 1 and at most 86400000",
         );
-        let (l, c, m) = err("rate = \"1/s\"\nburst = 1000000000000");
-        assert_eq!((l, c), (2, 9), "{m}");
-        let (l, c, m) = err("interval_ms = 5\nmax_keys = 1000000000000");
-        assert_eq!((l, c), (2, 12), "{m}");
-        assert!(
-            m.contains("`max_keys` must be at least 1 and at most 1000000"),
-            "{m}"
+        refuses("rate = \"1/s\"\nburst = 1000000000000", (2, 9), "");
+        refuses(
+            "interval_ms = 5\nmax_keys = 1000000000000",
+            (2, 12),
+            "`max_keys` must be at least 1 and at most 1000000",
         );
     }
 
@@ -602,32 +572,26 @@ mod tests {
 
     #[test]
     fn config_errors() {
-        let err = |toml: &str| config_error::<ThrottleConfig>(toml);
-        let (l, c, m) = err("emit = \"both\"\ninterval_ms = 0");
-        assert_eq!((l, c), (2, 15), "{m}");
-        assert!(m.contains("must be at least 1"), "{m}");
-        let (l, c, m) = err("interval_ms = -3");
-        assert_eq!((l, c), (1, 15), "{m}");
-        let (l, c, m) = err("rate = \"ten/s\"");
-        assert_eq!((l, c), (1, 8), "{m}");
-        assert!(m.contains("bad rate `ten/s`"), "{m}");
-        let (l, c, m) = err("rate = \"0/s\"");
-        assert_eq!((l, c), (1, 8), "{m}");
-        let (l, c, m) = err("rate = \"5/s\"\nburst = 0");
-        assert_eq!((l, c), (2, 9), "{m}");
-        let (l, c, m) = err("interval_ms = 5\nemit = \"trailling\"");
-        assert_eq!((l, c), (2, 8), "{m}");
-        assert!(m.contains("did you mean `trailing`"), "{m}");
-        let (l, c, m) = err("interval_ms = 5\nclock = \"events\"");
-        assert_eq!((l, c), (2, 9), "{m}");
-        let (l, c, m) = err("interval_ms = 5\nkey = \"payload..k\"");
-        assert_eq!((l, c), (2, 7), "{m}");
-        assert!(m.contains("bad path"), "{m}");
-        let (l, c, m) = err("interval_ms = 5\nmax_keys = 0");
-        assert_eq!((l, c), (2, 12), "{m}");
-        let (l, c, m) = err("interval = 5");
-        assert_eq!((l, c), (1, 1), "{m}");
-        assert!(m.contains("did you mean `interval_ms`"), "{m}");
+        let refuses =
+            |toml: &str, at, says: &str| assert_config_refuses::<ThrottleConfig>(toml, at, says);
+        refuses(
+            "emit = \"both\"\ninterval_ms = 0",
+            (2, 15),
+            "must be at least 1",
+        );
+        refuses("interval_ms = -3", (1, 15), "");
+        refuses("rate = \"ten/s\"", (1, 8), "bad rate `ten/s`");
+        refuses("rate = \"0/s\"", (1, 8), "");
+        refuses("rate = \"5/s\"\nburst = 0", (2, 9), "");
+        refuses(
+            "interval_ms = 5\nemit = \"trailling\"",
+            (2, 8),
+            "did you mean `trailing`",
+        );
+        refuses("interval_ms = 5\nclock = \"events\"", (2, 9), "");
+        refuses("interval_ms = 5\nkey = \"payload..k\"", (2, 7), "bad path");
+        refuses("interval_ms = 5\nmax_keys = 0", (2, 12), "");
+        refuses("interval = 5", (1, 1), "did you mean `interval_ms`");
 
         let cross = |toml: &str| config::<ThrottleConfig>(toml).into_spec().unwrap_err();
         let e = cross("interval_ms = 5\nrate = \"5/s\"");
