@@ -652,7 +652,8 @@ mod tests {
     #[test]
     fn each_mix_of_states_has_its_word() {
         use HealthState::*;
-        let cases: [(&[(&str, HealthState)], OverallStatus, bool); 9] = [
+        type Case<'a> = (&'a [(&'a str, HealthState)], OverallStatus, bool);
+        let cases: [Case; 9] = [
             (&[], OverallStatus::Ok, false),
             (&[("a", Ok), ("b", Ok)], OverallStatus::Ok, true),
             (&[("a", Ok), ("b", Starting)], OverallStatus::Starting, true),

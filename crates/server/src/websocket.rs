@@ -185,18 +185,7 @@ impl Reader {
                     }
                     self.partial = Some((text, self.buffer[payload].to_vec()));
                 }
-                0x8 => {
-                    let data = &self.buffer[payload];
-                    let code = match data.len() {
-                        0 => None,
-                        1 => return Err(Violation::Protocol("close frame of one byte")),
-                        _ => Some(u16::from_be_bytes([data[0], data[1]])),
-                    };
-                    if data.len() > 2 && std::str::from_utf8(&data[2..]).is_err() {
-                        return Err(Violation::Protocol("close reason that is not UTF-8"));
-                    }
-                    return Ok(Some(Incoming::Close(code)));
-                }
+                0x8 => return close_body(&self.buffer[payload]).map(|c| Some(Incoming::Close(c))),
                 0x9 => return Ok(Some(Incoming::Ping(self.buffer[payload].to_vec()))),
                 // A pong needs no answer.
                 0xa => {}
@@ -230,6 +219,7 @@ impl Reader {
             },
             n => (u64::from(n), 2),
         };
+        check_length(length)?;
         if control && (first & 0x80 == 0 || length > 125) {
             return Err(Violation::Protocol("fragmented or long control frame"));
         }
@@ -253,6 +243,46 @@ impl Reader {
         self.at = payload.end;
         Ok(Some((first, payload)))
     }
+}
+
+/// Checks a frame's length as the header gives it (RFC 6455, 5.2): the 64-bit form has its
+/// most significant bit clear. (A length in a longer form than needed is taken: the RFC
+/// puts that rule on the sender, and refusing it would gain nothing.)
+fn check_length(length: u64) -> Result<(), Violation> {
+    if length >> 63 != 0 {
+        return Err(Violation::Protocol("64-bit length with its top bit set"));
+    }
+    Ok(())
+}
+
+/// The code in a close frame's body (RFC 6455, 5.5.1): none, or a code a peer may send
+/// followed by a UTF-8 reason. Anything else is a protocol error (7.1.6, 7.4.1), answered
+/// with 1002.
+fn close_body(data: &[u8]) -> Result<Option<u16>, Violation> {
+    let (code, reason) = match data {
+        [] => return Ok(None),
+        [_] => return Err(Violation::Protocol("close frame of one byte")),
+        [high, low, reason @ ..] => (u16::from_be_bytes([*high, *low]), reason),
+    };
+    if !may_send_close_code(code) {
+        return Err(Violation::Protocol(
+            "close code a peer may not send (RFC 6455, 7.4)",
+        ));
+    }
+    if std::str::from_utf8(reason).is_err() {
+        return Err(Violation::Protocol("close reason that is not UTF-8"));
+    }
+    Ok(Some(code))
+}
+
+/// Whether a peer may put `code` in a close frame (RFC 6455, 7.4.1-7.4.2): the codes the
+/// RFC defines for endpoints to send (1000-1003, 1007-1011), the three registered with
+/// IANA since (1012-1014: restart, try again later, which patchbay itself sends, and bad
+/// gateway), and 3000-4999 for libraries and applications. 1004-1006 and 1015 are reserved
+/// and never sent, the rest of 1000-2999 is unassigned, and nothing outside 1000-4999 is
+/// used.
+fn may_send_close_code(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
 }
 
 /// Removes a client's mask (XOR with the 4-byte key, repeated), eight bytes at a time.
@@ -467,8 +497,12 @@ mod tests {
                 Violation::Protocol("close frame of one byte"),
             ),
             (
-                &[0x81, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0],
+                &[0x81, 0xff, 0x7f, 0xff, 0, 0, 0, 0, 0, 0],
                 Violation::TooLong(64),
+            ),
+            (
+                &[0x82, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 0],
+                Violation::Protocol("64-bit length with its top bit set"),
             ),
         ];
         for (bytes, violation) in cases {
@@ -490,6 +524,52 @@ mod tests {
             reader.decode_next(),
             Err(Violation::Protocol("new message before the last one ended"))
         );
+    }
+
+    #[test]
+    fn a_close_frame_is_a_code_a_peer_may_send_and_a_utf8_reason() {
+        let close = |body: &[u8]| {
+            let mut reader = Reader::new(64);
+            reader.push(&client_frame(0x88, body, [7, 0, 7, 0]));
+            reader.decode_next()
+        };
+        assert_eq!(close(b""), Ok(Some(Incoming::Close(None))));
+        let allowed = [
+            1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 3999,
+            4000, 4999,
+        ];
+        for code in allowed {
+            let mut body = u16::to_be_bytes(code).to_vec();
+            assert_eq!(close(&body), Ok(Some(Incoming::Close(Some(code)))));
+            body.extend_from_slice("fin ✓".as_bytes());
+            assert_eq!(close(&body), Ok(Some(Incoming::Close(Some(code)))));
+        }
+        let forbidden: [u16; 13] = [
+            0, 1, 999, 1004, 1005, 1006, 1015, 1016, 1100, 2000, 2999, 5000, 65535,
+        ];
+        for code in forbidden {
+            assert_eq!(
+                close(&code.to_be_bytes()),
+                Err(Violation::Protocol(
+                    "close code a peer may not send (RFC 6455, 7.4)"
+                )),
+                "{code}"
+            );
+        }
+        assert_eq!(
+            close(&[0x03]),
+            Err(Violation::Protocol("close frame of one byte"))
+        );
+        // A reason cut inside a character, and bytes that are never UTF-8.
+        for reason in [&[0xe2, 0x9c][..], &[0xff], &[b'o', b'k', 0xc0, 0xaf]] {
+            let mut body = vec![0x03, 0xe8];
+            body.extend_from_slice(reason);
+            assert_eq!(
+                close(&body),
+                Err(Violation::Protocol("close reason that is not UTF-8")),
+                "{reason:?}"
+            );
+        }
     }
 
     #[test]

@@ -415,8 +415,8 @@ async fn health_detail_needs_the_token() {
     assert_eq!(
         bare.as_object()
             .map(|o| o.keys().cloned().collect::<Vec<_>>()),
-        Some(vec!["status".to_owned()]),
-        "only the overall status: {bare}"
+        Some(vec!["status".to_owned(), "serving".to_owned()]),
+        "only the overall status and whether it serves: {bare}"
     );
     let r = http(
         addr,

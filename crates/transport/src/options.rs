@@ -255,14 +255,14 @@ pub fn known_keys<T: schemars::JsonSchema>() -> Vec<String> {
 
 /// Parses an adapter's options: unknown keys are refused over the adapter's and the
 /// transport's keys together (serde's `deny_unknown_fields` does not work through
-/// `flatten`), the transport part is parsed and checked on its own first (so that a bad
-/// value is reported at its key), then the whole struct.
+/// `flatten`), then the whole struct is parsed (a value of the wrong type is reported at
+/// that value, whichever part it belongs to), then the transport's values are checked.
 pub fn parse_options<T: TransportConfig>(options: &Options<'_>) -> Result<T, Diagnostic> {
     let known = known_keys::<T>();
     options.refuse_unknown_keys(known.iter().map(String::as_str))?;
-    let transport: TransportOptions<T::Defaults> = options.parse()?;
-    transport.check(options)?;
-    options.parse()
+    let config: T = options.parse()?;
+    config.transport().check(options)?;
+    Ok(config)
 }
 
 #[cfg(test)]
@@ -345,6 +345,22 @@ mod tests {
         assert!(err.message.contains("no host"), "{err}");
         let err = parse("ping_interval_ms = 1\n").unwrap_err();
         assert!(err.message.contains("missing field `url`"), "{err}");
+        // A value of the wrong type is told before what the values mean together.
+        let err = parse("ping_interval_ms = \"x\"\n").unwrap_err();
+        assert_eq!((err.line, err.col), (1, 20), "{err}");
+        assert!(
+            err.message
+                .contains("ping_interval_ms: expected a whole number of milliseconds"),
+            "{err}"
+        );
+        let err = parse("connect_timeout_ms = true\n").unwrap_err();
+        assert_eq!((err.line, err.col), (1, 22), "{err}");
+        assert!(
+            err.message.contains(
+                "connect_timeout_ms: expected a whole number of milliseconds, found true"
+            ),
+            "{err}"
+        );
         let err = parse("url = \"ws://h\"\nmax_attempts = 0").unwrap_err();
         assert!(err.message.contains("at least 1 (default 7)"), "{err}");
         let err =

@@ -3,6 +3,7 @@
 mod diagnostic;
 mod env;
 mod options;
+mod parse_error;
 mod secret;
 
 pub use diagnostic::{Diagnostic, Location, SourceText, did_you_mean, suggestion};

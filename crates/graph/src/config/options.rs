@@ -9,6 +9,7 @@ use toml::de::DeValue;
 
 use super::diagnostic::{Diagnostic, SourceText, suggestion};
 use super::env::Secrets;
+use super::parse_error;
 
 /// The options table of one component (its `type`, `inputs` and the runtime's common keys
 /// already taken out), ready to be deserialized into the component's config struct.
@@ -68,12 +69,19 @@ impl<'a> Options<'a> {
         &self.name
     }
 
-    /// Deserializes the options into `T`.
+    /// Deserializes the options into `T`. An error points at the value at fault (also
+    /// through `#[serde(flatten)]`, where serde keeps no place) and says, in the user's
+    /// words, which option it is, what it wants and what was found.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Diagnostic> {
-        let de = toml::de::ValueDeserializer::from(self.value.clone());
-        T::deserialize(de).map_err(|e| {
-            let span = e.span().unwrap_or_else(|| self.value.span());
-            self.error_span(span, improve(e.message()))
+        deserialize::<T>(&self.value).map_err(|e| {
+            let attempt = |value: &Spanned<DeValue<'a>>| {
+                deserialize::<T>(value)
+                    .err()
+                    .map(|e| e.message().to_owned())
+            };
+            let explained =
+                parse_error::explain(&self.value, e.message(), e.span(), &attempt, self.secrets);
+            self.error_span(explained.span, explained.message)
         })
     }
 
@@ -210,23 +218,9 @@ pub fn out_of_range<T: PartialOrd + Display>(
     ))
 }
 
-/// Adds "did you mean" to serde's unknown-field and unknown-variant messages.
-fn improve(message: &str) -> String {
-    let message = message.trim_end();
-    let (Some(rest), true) = (
-        message
-            .strip_prefix("unknown field `")
-            .or_else(|| message.strip_prefix("unknown variant `")),
-        message.contains("expected"),
-    ) else {
-        return message.to_owned();
-    };
-    let Some(end) = rest.find('`') else {
-        return message.to_owned();
-    };
-    let name = &rest[..end];
-    let candidates: Vec<&str> = rest[end + 1..].split('`').skip(1).step_by(2).collect();
-    format!("{message}{}", suggestion(name, candidates))
+/// `T` from an options value.
+fn deserialize<T: DeserializeOwned>(value: &Spanned<DeValue<'_>>) -> Result<T, toml::de::Error> {
+    T::deserialize(toml::de::ValueDeserializer::from(value.clone()))
 }
 
 #[cfg(test)]
