@@ -1,7 +1,6 @@
 //! Hook payloads to signals: the pure part (no I/O).
 
-use std::collections::HashMap;
-
+use patchbay_hooks::payload::{Agents, Hook};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, ErrorPayload, Payload, Severity, TaskDispatch, TextDelta,
@@ -35,8 +34,7 @@ const COMMON: [&str; 7] = [
 #[derive(Debug, Clone)]
 pub struct HookDecoder {
     source: SmallString,
-    states: HashMap<String, (AgentState, u64)>,
-    tick: u64,
+    agents: Agents<()>,
 }
 
 impl HookDecoder {
@@ -44,8 +42,7 @@ impl HookDecoder {
     pub fn new(source: impl Into<SmallString>) -> Self {
         HookDecoder {
             source: source.into(),
-            states: HashMap::new(),
-            tick: 0,
+            agents: Agents::new(AGENTS_KEPT),
         }
     }
 
@@ -136,10 +133,7 @@ impl HookDecoder {
 
     /// The state `agent` was last seen in (`idle` if never).
     pub fn state_of(&self, agent: &str) -> AgentState {
-        self.states
-            .get(agent)
-            .map(|(s, _)| *s)
-            .unwrap_or(AgentState::Idle)
+        self.agents.state_of(agent)
     }
 
     /// An `agent_state_change` of the hook's agent to `to`, for the gate (`waiting` while
@@ -167,29 +161,7 @@ impl HookDecoder {
     }
 
     fn change(&mut self, h: &Hook<'_>, to: AgentState, reason: String, out: &mut Vec<Signal>) {
-        let agent = h.agent_id();
-        self.tick += 1;
-        let from = self
-            .states
-            .insert(agent.clone(), (to, self.tick))
-            .map(|(s, _)| s)
-            .unwrap_or(AgentState::Idle);
-        if self.states.len() > AGENTS_KEPT
-            && let Some(oldest) = self
-                .states
-                .iter()
-                .min_by_key(|(_, (_, t))| *t)
-                .map(|(k, _)| k.clone())
-        {
-            self.states.remove(&oldest);
-        }
-        let payload = AgentStateChange {
-            agent_id: agent,
-            from,
-            to,
-            reason: Some(reason),
-        }
-        .into_object();
+        let payload = self.agents.change(h.agent_id(), to, reason);
         out.push(self.envelope(h, AgentStateChange::KIND, payload));
     }
 
@@ -411,34 +383,13 @@ fn truncate_strings(o: &Object) -> Object {
         .collect()
 }
 
-/// One hook payload with accessors.
-struct Hook<'a> {
-    value: &'a Value,
-    event: &'a str,
+/// Claude Code's reading of a hook payload.
+trait ClaudeHook {
+    /// The agent: a subagent's `agent_id` (events of a subagent carry it), else the session.
+    fn agent_id(&self) -> String;
 }
 
-impl<'a> Hook<'a> {
-    fn new(value: &'a Value, event: &'a str) -> Self {
-        Hook { value, event }
-    }
-
-    fn str(&self, key: &str) -> Option<&'a str> {
-        self.value.get(key).and_then(Value::as_str)
-    }
-
-    fn object(&self, key: &str) -> Option<Object> {
-        match self.value.get(key) {
-            Some(Value::Object(o)) => Some(o.clone()),
-            Some(Value::Null) | None => None,
-            Some(other) => Some(patchbay_signal::object! {"value" => other.clone()}),
-        }
-    }
-
-    fn tool(&self) -> &'a str {
-        self.str("tool_name").unwrap_or("tool")
-    }
-
-    /// The agent: a subagent's `agent_id` (events of a subagent carry it), else the session.
+impl ClaudeHook for Hook<'_> {
     fn agent_id(&self) -> String {
         self.str("agent_id")
             .or_else(|| self.str("session_id"))

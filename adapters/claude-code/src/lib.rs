@@ -91,8 +91,8 @@ pub const ADAPTER: Adapter = Adapter {
         name: "claude_code",
         summary: "Claude Code's hook endpoint: every hook event in, control.answer for the gate",
         role: Role::Link {
-            source: transport::build_source,
-            output: transport::build_output,
+            source: patchbay_hooks::build_source::<transport::Claude>,
+            output: patchbay_hooks::build_output::<transport::Claude>,
         },
         options: options_of::<ClaudeCodeConfig>,
     }],

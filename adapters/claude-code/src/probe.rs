@@ -4,8 +4,10 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use patchbay_graph::probe::{Offers, ProbeContext, Service, ServiceState};
+use patchbay_graph::probe::{Offers, ProbeContext, Service};
 use patchbay_graph::{BoxFuture, descriptor::Probe};
+use patchbay_hooks::settings_file::read_existing;
+use patchbay_transport::probe::{find_program, program_state, report_blocking};
 
 use crate::settings;
 
@@ -22,19 +24,10 @@ fn run_probe(_cx: ProbeContext) -> BoxFuture<Option<Service>> {
         let cwd = std::env::current_dir().ok();
         let path = std::env::var_os("PATH");
         Some(
-            tokio::task::spawn_blocking(move || {
+            report_blocking(PROBE.service, "claude", move || {
                 report(home.as_deref(), cwd.as_deref(), path.as_deref())
             })
-            .await
-            .unwrap_or_else(|e| {
-                Service::new(
-                    PROBE.service,
-                    Offers::Endpoint,
-                    "claude",
-                    ServiceState::Error,
-                )
-                .with_detail(e.to_string())
-            }),
+            .await,
         )
     })
 }
@@ -56,21 +49,7 @@ pub fn settings_files(home: Option<&Path>, project: Option<&Path>) -> Vec<PathBu
 
 /// The `claude` binary found on `path` (a `PATH` value).
 pub fn find_binary(path: Option<&OsStr>) -> Option<PathBuf> {
-    std::env::split_paths(path?)
-        .map(|dir| dir.join("claude"))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        path.is_file()
-    }
+    find_program(path, "claude")
 }
 
 /// What the probe reports, given `HOME`, the current directory and `PATH`: available
@@ -78,22 +57,15 @@ fn is_executable(path: &Path) -> bool {
 /// patchbay's hooks point (or that there are none).
 pub fn report(home: Option<&Path>, cwd: Option<&Path>, path: Option<&OsStr>) -> Service {
     let binary = find_binary(path);
-    let (address, state) = match &binary {
-        Some(b) => (b.display().to_string(), ServiceState::Available),
-        None => ("claude".to_owned(), ServiceState::Unavailable),
-    };
+    let (address, state) = program_state(binary.as_deref(), "claude");
     let mut parts = Vec::new();
     if binary.is_none() {
         parts.push("`claude` is not on PATH".to_owned());
     }
-    let mut any = false;
-    for file in settings_files(home, cwd) {
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            continue;
-        };
-        any = true;
+    let files = read_existing(settings_files(home, cwd));
+    for (file, text) in &files {
         let shown = file.display();
-        match settings::parse(&shown.to_string(), &text) {
+        match settings::parse(&shown.to_string(), text) {
             Err(e) => parts.push(e.to_string()),
             Ok(value) => {
                 let hooks = settings::installed(&value);
@@ -112,7 +84,7 @@ pub fn report(home: Option<&Path>, cwd: Option<&Path>, path: Option<&OsStr>) -> 
             }
         }
     }
-    if !any {
+    if files.is_empty() {
         parts.push("no settings file (patchbay hooks install writes one)".into());
     }
     Service::new(PROBE.service, Offers::Endpoint, address, state).with_detail(parts.join("; "))

@@ -6,9 +6,13 @@
 //! `# patchbay-hook` (a shell comment). Installing first removes every marked hook, then
 //! appends one matcher group per event; other hooks, other keys and their order stay.
 
+use patchbay_hooks::settings_file::{emptied, position_of, strip, strip_position};
 use serde_json::{Map, Value, json};
 
 use crate::gate::GateConfig;
+
+/// The settings as written back: two-space indented JSON and a final newline.
+pub use patchbay_hooks::settings_file::render;
 
 /// The header that marks patchbay's http hooks.
 pub const MARK_HEADER: &str = "X-Patchbay-Hook";
@@ -222,32 +226,6 @@ pub fn parse(file: &str, text: &str) -> Result<Value, SettingsError> {
     Ok(value)
 }
 
-/// serde_json's message without its " at line L column C" (the position leads).
-fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) => message[..i].to_owned(),
-        None => message.to_owned(),
-    }
-}
-
-/// Where `"key"` first appears in `text` (1-based), else 1:1.
-fn position_of(text: &str, key: &str) -> (usize, usize) {
-    let Some(offset) = text.find(&format!("\"{key}\"")) else {
-        return (1, 1);
-    };
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rfind('\n').map_or(offset, |nl| offset - nl - 1) + 1;
-    (line, col)
-}
-
-/// The settings as written back: two-space indented JSON and a final newline.
-pub fn render(settings: &Value) -> String {
-    let mut text = serde_json::to_string_pretty(settings).unwrap_or_else(|_| "{}".into());
-    text.push('\n');
-    text
-}
-
 /// Whether a hook entry is patchbay's.
 pub fn is_ours(hook: &Value) -> bool {
     let http = hook
@@ -278,7 +256,7 @@ pub fn install(settings: &mut Value, plan: &HookPlan) {
     };
     // Every event keeps its place: ours are stripped in place, then appended.
     for (_, groups) in hooks.iter_mut() {
-        strip(groups);
+        strip(groups, is_ours);
     }
     for event in &plan.events {
         let groups = hooks
@@ -303,44 +281,11 @@ pub fn uninstall(settings: &mut Value) -> usize {
     };
     let mut removed = 0;
     for (_, groups) in hooks.iter_mut() {
-        removed += strip(groups);
+        removed += strip(groups, is_ours);
     }
     hooks.retain(|_, groups| !emptied(groups));
     if removed > 0 && hooks.is_empty() {
         root.remove("hooks");
-    }
-    removed
-}
-
-/// A group array emptied by [`strip`] (marked with a `null` left behind).
-fn emptied(groups: &Value) -> bool {
-    groups
-        .as_array()
-        .is_some_and(|g| !g.is_empty() && g.iter().all(Value::is_null))
-}
-
-/// Removes our hooks from an event's groups; a group left without hooks becomes `null`,
-/// and the nulls are removed unless every group became one (then [`emptied`] drops the
-/// event). Returns how many hooks were removed.
-fn strip(groups: &mut Value) -> usize {
-    let Some(list) = groups.as_array_mut() else {
-        return 0;
-    };
-    let mut removed = 0;
-    for group in list.iter_mut() {
-        let Some(hooks) = group.get_mut("hooks").and_then(Value::as_array_mut) else {
-            continue;
-        };
-        let before = hooks.len();
-        hooks.retain(|h| !is_ours(h));
-        let gone = before - hooks.len();
-        removed += gone;
-        if gone > 0 && hooks.is_empty() {
-            *group = Value::Null;
-        }
-    }
-    if list.iter().any(|g| !g.is_null()) {
-        list.retain(|g| !g.is_null());
     }
     removed
 }

@@ -103,3 +103,49 @@ async fn the_hook_endpoint_is_hardened() {
         );
     }
 }
+
+/// The options `patchbay components claude_code` prints: every endpoint option, each with
+/// its doc, the listen default Claude Code's own; unknown keys refused with a suggestion.
+#[test]
+fn every_option_is_described_and_unknown_keys_are_refused() {
+    let schema = (patchbay_claude_code::ADAPTER.components[0].options)();
+    let properties = schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+        .expect("properties");
+    let mut names: Vec<&str> = properties.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "allowed_hosts",
+            "gate",
+            "header_timeout_ms",
+            "idle_timeout_ms",
+            "listen",
+            "max_body",
+            "max_connections",
+            "token"
+        ]
+    );
+    for (name, option) in properties {
+        let doc = option
+            .get("description")
+            .and_then(serde_json::Value::as_str);
+        assert!(doc.is_some_and(|d| !d.is_empty()), "{name} has no doc");
+    }
+    assert_eq!(properties["listen"]["default"], "127.0.0.1:7879");
+
+    let mut registry = Registry::new();
+    registry.adapter(&patchbay_claude_code::ADAPTER);
+    let typo = "[sources.c]\ntype = \"claude_code\"\nmax_bdy = 1\n";
+    let Err(errors) = compile(&[SourceText::new("c.toml", typo)], &registry) else {
+        panic!("an unknown key is refused");
+    };
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.to_string().contains("did you mean `max_body`")),
+        "{errors:?}"
+    );
+}

@@ -482,12 +482,8 @@ impl CodeliaDecoder {
     }
 
     pub(crate) fn bad(&self, raw: &str, message: &str) -> Decoded {
-        Decoded::BadInput(bad_input_signal(
-            &self.source,
-            self.last_timestamp,
-            raw,
-            message,
-        ))
+        let signal = bad_input_signal(&self.source, self.last_timestamp, raw, message);
+        Decoded::BadInput(signal)
     }
 }
 

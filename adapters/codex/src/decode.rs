@@ -1193,12 +1193,8 @@ impl CodexDecoder {
 
     /// The counted bad-input `error` signal for `raw`.
     pub(crate) fn bad(&self, raw: &str, message: &str) -> Decoded {
-        Decoded::BadInput(bad_input_signal(
-            &self.source,
-            self.last_timestamp,
-            raw,
-            message,
-        ))
+        let signal = bad_input_signal(&self.source, self.last_timestamp, raw, message);
+        Decoded::BadInput(signal)
     }
 }
 

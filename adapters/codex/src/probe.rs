@@ -5,8 +5,9 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use patchbay_graph::probe::{Offers, ProbeContext, Service, ServiceState};
+use patchbay_graph::probe::{Offers, ProbeContext, Service};
 use patchbay_graph::{BoxFuture, descriptor::Probe};
+use patchbay_transport::probe::{find_program, program_state, report_blocking};
 
 /// The probe of `local:codex`.
 pub const PROBE: Probe = Probe {
@@ -21,19 +22,10 @@ fn run_probe(_cx: ProbeContext) -> BoxFuture<Option<Service>> {
         let codex_home = std::env::var_os("CODEX_HOME").map(PathBuf::from);
         let path = std::env::var_os("PATH");
         Some(
-            tokio::task::spawn_blocking(move || {
+            report_blocking(PROBE.service, "codex", move || {
                 report(home.as_deref(), codex_home.as_deref(), path.as_deref())
             })
-            .await
-            .unwrap_or_else(|e| {
-                Service::new(
-                    PROBE.service,
-                    Offers::Endpoint,
-                    "codex",
-                    ServiceState::Error,
-                )
-                .with_detail(e.to_string())
-            }),
+            .await,
         )
     })
 }
@@ -50,22 +42,7 @@ pub fn home_dir(home: Option<&Path>, codex_home: Option<&Path>) -> Option<PathBu
 /// The `codex` binary found on `path` (a `PATH` value): the first executable file named
 /// `codex` in its directories.
 pub fn find_binary(path: Option<&OsStr>) -> Option<PathBuf> {
-    std::env::split_paths(path?)
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .map(|dir| dir.join("codex"))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        path.is_file()
-    }
+    find_program(path, "codex")
 }
 
 /// What the probe reports, given `HOME`, `$CODEX_HOME` and `PATH`: available, at the
@@ -74,10 +51,7 @@ fn is_executable(path: &Path) -> bool {
 /// has a `config.toml`.
 pub fn report(home: Option<&Path>, codex_home: Option<&Path>, path: Option<&OsStr>) -> Service {
     let binary = find_binary(path);
-    let (address, state) = match &binary {
-        Some(b) => (b.display().to_string(), ServiceState::Available),
-        None => ("codex".to_owned(), ServiceState::Unavailable),
-    };
+    let (address, state) = program_state(binary.as_deref(), "codex");
     let mut parts = Vec::new();
     if binary.is_some() {
         parts.push("patchbay can run it: `type = \"codex\"` (`codex app-server`)".to_owned());
@@ -111,6 +85,7 @@ pub fn report(home: Option<&Path>, codex_home: Option<&Path>, path: Option<&OsSt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use patchbay_graph::probe::ServiceState;
     use patchbay_testkit::scratch::ScratchDir;
 
     /// An executable `bin/codex` under `dir`; returns `bin`.

@@ -2,9 +2,10 @@
 
 use patchbay_signal::decode::{FrameDecoder, FrameLines};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_signal::partial_usage::PartialUsage;
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
-    TokenUsage, ToolResult, as_count,
+    ToolResult, as_count,
 };
 use patchbay_signal::{Object, Signal, SmallString, millis_of, now_ms, object};
 use serde_json::Value;
@@ -227,12 +228,8 @@ impl EscapementDecoder {
     }
 
     fn bad(&self, raw: &str, message: &str) -> Decoded {
-        Decoded::BadInput(bad_input_signal(
-            &self.source,
-            self.last_timestamp,
-            raw,
-            message,
-        ))
+        let signal = bad_input_signal(&self.source, self.last_timestamp, raw, message);
+        Decoded::BadInput(signal)
     }
 }
 
@@ -307,24 +304,14 @@ fn response(data: &mut Object, agent_id: &str, session: Option<&str>, source: &s
             let mut usage = usage.clone();
             usage.shift_remove("input-tokens");
             usage.shift_remove("output-tokens");
-            let mut signal = TokenUsage {
+            let mut signal = PartialUsage {
                 agent_id: agent_id.to_owned(),
-                prompt_tokens: input.unwrap_or(0),
-                completion_tokens: output.unwrap_or(0),
+                input,
+                output,
                 model: model.clone(),
                 cost: None,
             }
             .into_signal(source);
-            let missing: Vec<&str> = [
-                ("promptTokens", input.is_none()),
-                ("completionTokens", output.is_none()),
-            ]
-            .into_iter()
-            .filter_map(|(name, absent)| absent.then_some(name))
-            .collect();
-            if !missing.is_empty() {
-                signal = signal.with_meta("missing", missing);
-            }
             if !usage.is_empty() {
                 signal = signal.with_meta("usage", Value::Object(usage));
             }

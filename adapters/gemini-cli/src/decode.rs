@@ -1,8 +1,7 @@
 //! Hook payloads (the JSON a Gemini CLI command hook reads on stdin) to signals: the pure
 //! part (no I/O). See the crate docs for the mapping.
 
-use std::collections::HashMap;
-
+use patchbay_hooks::payload::{Agents, Hook};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, Payload, TaskDispatch, TextDelta, TokenUsage,
@@ -32,23 +31,14 @@ const COMMON: [&str; 5] = [
     "timestamp",
 ];
 
-/// What the decoder remembers of one agent (a session).
-#[derive(Debug, Clone)]
-struct Agent {
-    state: AgentState,
-    /// The task of the prompt in progress (set by `BeforeAgent`, closed by `AfterAgent`).
-    task: Option<String>,
-    /// When it was last touched (to forget the oldest first).
-    tick: u64,
-}
-
 /// Decodes Gemini CLI hook payloads into signals, remembering each session's last state
 /// (so that `agent_state_change.from` is right) and the task of its prompt in progress.
 #[derive(Debug, Clone)]
 pub struct HookDecoder {
     source: SmallString,
-    agents: HashMap<String, Agent>,
-    tick: u64,
+    /// Each session's last state, and the task of its prompt in progress (set by
+    /// `BeforeAgent`, closed by `AfterAgent`).
+    agents: Agents<Option<String>>,
 }
 
 impl HookDecoder {
@@ -56,8 +46,7 @@ impl HookDecoder {
     pub fn new(source: impl Into<SmallString>) -> Self {
         HookDecoder {
             source: source.into(),
-            agents: HashMap::new(),
-            tick: 0,
+            agents: Agents::new(AGENTS_KEPT),
         }
     }
 
@@ -143,7 +132,7 @@ impl HookDecoder {
             "AfterAgent" => {
                 signals.push(self.completion(&h));
                 self.change(&h, AgentState::Idle, "turn finished".into(), &mut signals);
-                self.agent_mut(&h.agent_id()).task = None;
+                *self.agents.get_mut(&h.agent_id()) = None;
             }
             "Notification" => {
                 signals.push(self.details(&h, h.rest()));
@@ -168,7 +157,7 @@ impl HookDecoder {
 
     /// The state `agent` was last seen in (`idle` if never).
     pub fn state_of(&self, agent: &str) -> AgentState {
-        self.agents.get(agent).map_or(AgentState::Idle, |a| a.state)
+        self.agents.state_of(agent)
     }
 
     /// An `agent_state_change` of the hook's agent to `to`, for the gate (`waiting` while
@@ -188,48 +177,14 @@ impl HookDecoder {
     }
 
     fn change(&mut self, h: &Hook<'_>, to: AgentState, reason: String, out: &mut Vec<Signal>) {
-        let agent = h.agent_id();
-        let entry = self.agent_mut(&agent);
-        let from = entry.state;
-        entry.state = to;
-        let payload = AgentStateChange {
-            agent_id: agent,
-            from,
-            to,
-            reason: Some(reason),
-        }
-        .into_object();
+        let payload = self.agents.change(h.agent_id(), to, reason);
         out.push(self.envelope(h, AgentStateChange::KIND, payload));
-    }
-
-    /// The agent's entry, created idle if new (the least recently touched one forgotten
-    /// when too many are kept).
-    fn agent_mut(&mut self, agent: &str) -> &mut Agent {
-        self.tick += 1;
-        if !self.agents.contains_key(agent)
-            && self.agents.len() >= AGENTS_KEPT
-            && let Some(oldest) = self
-                .agents
-                .iter()
-                .min_by_key(|(_, a)| a.tick)
-                .map(|(k, _)| k.clone())
-        {
-            self.agents.remove(&oldest);
-        }
-        let tick = self.tick;
-        let entry = self.agents.entry(agent.to_owned()).or_insert(Agent {
-            state: AgentState::Idle,
-            task: None,
-            tick,
-        });
-        entry.tick = tick;
-        entry
     }
 
     fn dispatch(&mut self, h: &Hook<'_>) -> Signal {
         let task = task_id(h.value);
         let agent = h.agent_id();
-        self.agent_mut(&agent).task = Some(task.clone());
+        *self.agents.get_mut(&agent) = Some(task.clone());
         let payload = TaskDispatch {
             task_id: task,
             from: "user".into(),
@@ -243,8 +198,8 @@ impl HookDecoder {
     fn completion(&mut self, h: &Hook<'_>) -> Signal {
         let agent = h.agent_id();
         let task = self
-            .agent_mut(&agent)
-            .task
+            .agents
+            .get_mut(&agent)
             .clone()
             .unwrap_or_else(|| agent.clone());
         let payload = Completion {
@@ -382,7 +337,7 @@ impl HookDecoder {
             h.str("session_id").and_then(|s| {
                 self.agents
                     .get(s)
-                    .and_then(|a| a.task.clone())
+                    .and_then(Option::clone)
                     .or_else(|| Some(s.to_owned()))
             })
         };
@@ -509,43 +464,27 @@ fn event_of(hook: &Value) -> &str {
         .unwrap_or("")
 }
 
-/// One hook payload with accessors.
-struct Hook<'a> {
-    value: &'a Value,
-    event: &'a str,
+/// Gemini CLI's reading of a hook payload.
+trait GeminiHook {
+    /// The model of the request (`llm_request.model`).
+    fn model(&self) -> Option<&str>;
+    /// The agent: the session.
+    fn agent_id(&self) -> String;
+    /// The payload's own fields (the shared ones go to metadata).
+    fn rest(&self) -> Object;
+    /// `default (detail)` with the payload's `key` when it has one.
+    fn reason(&self, default: &str, key: &str) -> String;
 }
 
-impl<'a> Hook<'a> {
-    fn new(value: &'a Value, event: &'a str) -> Self {
-        Hook { value, event }
-    }
-
-    fn str(&self, key: &str) -> Option<&'a str> {
-        self.value.get(key).and_then(Value::as_str)
-    }
-
-    fn object(&self, key: &str) -> Option<Object> {
-        match self.value.get(key) {
-            Some(Value::Object(o)) => Some(o.clone()),
-            Some(Value::Null) | None => None,
-            Some(other) => Some(patchbay_signal::object! {"value" => other.clone()}),
-        }
-    }
-
-    fn tool(&self) -> &'a str {
-        self.str("tool_name").unwrap_or("tool")
-    }
-
-    fn model(&self) -> Option<&'a str> {
+impl GeminiHook for Hook<'_> {
+    fn model(&self) -> Option<&str> {
         self.value.get("llm_request")?.get("model")?.as_str()
     }
 
-    /// The agent: the session.
     fn agent_id(&self) -> String {
         self.str("session_id").unwrap_or("gemini-cli").to_owned()
     }
 
-    /// The payload's own fields (the shared ones go to metadata).
     fn rest(&self) -> Object {
         self.value
             .as_object()
@@ -558,7 +497,6 @@ impl<'a> Hook<'a> {
             .unwrap_or_default()
     }
 
-    /// `default (detail)` with the payload's `key` when it has one.
     fn reason(&self, default: &str, key: &str) -> String {
         match self.str(key) {
             Some(detail) if !detail.is_empty() => {

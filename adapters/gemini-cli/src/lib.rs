@@ -117,8 +117,8 @@ pub const ADAPTER: Adapter = Adapter {
         name: "gemini_cli",
         summary: "Gemini CLI's hook endpoint: every hook event in, control.answer for the gate",
         role: Role::Link {
-            source: transport::build_source,
-            output: transport::build_output,
+            source: patchbay_hooks::build_source::<transport::Gemini>,
+            output: patchbay_hooks::build_output::<transport::Gemini>,
         },
         options: options_of::<GeminiCliConfig>,
     }],

@@ -6,8 +6,10 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use patchbay_graph::probe::{Offers, ProbeContext, Service, ServiceState};
+use patchbay_graph::probe::{Offers, ProbeContext, Service};
 use patchbay_graph::{BoxFuture, descriptor::Probe};
+use patchbay_hooks::settings_file::read_existing;
+use patchbay_transport::probe::{find_program, program_state};
 use serde_json::Value;
 
 use crate::settings;
@@ -47,22 +49,7 @@ pub fn settings_files(home: Option<&Path>, project: Option<&Path>) -> Vec<PathBu
 /// The `gemini` binary found on `path` (a `PATH` value): the first executable file named
 /// `gemini` in its directories.
 pub fn find_binary(path: Option<&OsStr>) -> Option<PathBuf> {
-    std::env::split_paths(path?)
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .map(|dir| dir.join("gemini"))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        path.is_file()
-    }
+    find_program(path, "gemini")
 }
 
 /// Where patchbay's hooks in a settings value send their events: the `--url` of each
@@ -99,27 +86,20 @@ fn url_of(command: &str) -> Option<String> {
 /// where they point (or that there are none), and when the file turns hooks off.
 pub fn report(home: Option<&Path>, cwd: Option<&Path>, path: Option<&OsStr>) -> Service {
     let binary = find_binary(path);
-    let (address, state) = match &binary {
-        Some(b) => (b.display().to_string(), ServiceState::Available),
-        None => ("gemini".to_owned(), ServiceState::Unavailable),
-    };
+    let (address, state) = program_state(binary.as_deref(), "gemini");
     let mut parts = Vec::new();
     if binary.is_none() {
         parts.push("`gemini` is not on PATH".to_owned());
     }
-    let mut any = false;
-    for file in settings_files(home, cwd) {
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            continue;
-        };
-        any = true;
+    let files = read_existing(settings_files(home, cwd));
+    for (file, text) in &files {
         let shown = file.display();
-        match settings::installed(&text) {
+        match settings::installed(text) {
             Err(e) => parts.push(format!("{shown}:{e}")),
             Ok(events) if events.is_empty() => parts.push(format!("{shown}: no patchbay hooks")),
             Ok(events) => {
                 // `installed` parsed it: it is JSON.
-                let value: Value = serde_json::from_str(&text).unwrap_or_default();
+                let value: Value = serde_json::from_str(text).unwrap_or_default();
                 let urls = hook_urls(&value);
                 let to = if urls.is_empty() {
                     "no --url".to_owned()
@@ -139,7 +119,7 @@ pub fn report(home: Option<&Path>, cwd: Option<&Path>, path: Option<&OsStr>) -> 
             }
         }
     }
-    if !any {
+    if files.is_empty() {
         parts.push("no settings file (patchbay hooks install --agent gemini writes one)".into());
     }
     Service::new(PROBE.service, Offers::Endpoint, address, state).with_detail(parts.join("; "))
@@ -148,6 +128,7 @@ pub fn report(home: Option<&Path>, cwd: Option<&Path>, path: Option<&OsStr>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use patchbay_graph::probe::ServiceState;
     use patchbay_testkit::scratch::ScratchDir;
 
     const COMMAND: &str =

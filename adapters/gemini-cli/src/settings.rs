@@ -15,6 +15,7 @@
 
 use std::fmt;
 
+use patchbay_hooks::settings_file::{emptied, position_of, render, strip, strip_position};
 use serde_json::{Map, Value, json};
 
 /// The `name` that marks patchbay's hooks.
@@ -119,7 +120,7 @@ pub fn install(
     // Every event keeps its place: ours are stripped in place, then appended.
     for (event, groups) in hooks.iter_mut() {
         if !NOT_EVENTS.contains(&event.as_str()) {
-            strip(groups);
+            strip(groups, is_ours);
         }
     }
     for event in EVENTS {
@@ -157,7 +158,7 @@ pub fn uninstall(existing: &str) -> Result<String, SettingsError> {
         let mut removed = 0;
         for (event, groups) in hooks.iter_mut() {
             if !NOT_EVENTS.contains(&event.as_str()) {
-                removed += strip(groups);
+                removed += strip(groups, is_ours);
             }
         }
         hooks.retain(|_, groups| !emptied(groups));
@@ -243,63 +244,4 @@ fn shape(line: usize, col: usize, message: &str) -> SettingsError {
         col,
         message: message.to_owned(),
     }
-}
-
-/// serde_json's message without its " at line L column C" (the position leads).
-fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) => message[..i].to_owned(),
-        None => message.to_owned(),
-    }
-}
-
-/// Where `"key"` first appears in `text` (1-based), else 1:1.
-fn position_of(text: &str, key: &str) -> (usize, usize) {
-    let Some(offset) = text.find(&format!("\"{key}\"")) else {
-        return (1, 1);
-    };
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rfind('\n').map_or(offset, |nl| offset - nl - 1) + 1;
-    (line, col)
-}
-
-/// The settings as written back: two-space indented JSON and a final newline.
-fn render(settings: &Value) -> String {
-    let mut text = serde_json::to_string_pretty(settings).unwrap_or_else(|_| "{}".into());
-    text.push('\n');
-    text
-}
-
-/// A group array emptied by [`strip`] (marked with a `null` left behind).
-fn emptied(groups: &Value) -> bool {
-    groups
-        .as_array()
-        .is_some_and(|g| !g.is_empty() && g.iter().all(Value::is_null))
-}
-
-/// Removes our hooks from an event's groups; a group left without hooks becomes `null`,
-/// and the nulls are removed unless every group became one (then [`emptied`] drops the
-/// event). Returns how many hooks were removed.
-fn strip(groups: &mut Value) -> usize {
-    let Some(list) = groups.as_array_mut() else {
-        return 0;
-    };
-    let mut removed = 0;
-    for group in list.iter_mut() {
-        let Some(hooks) = group.get_mut("hooks").and_then(Value::as_array_mut) else {
-            continue;
-        };
-        let before = hooks.len();
-        hooks.retain(|h| !is_ours(h));
-        let gone = before - hooks.len();
-        removed += gone;
-        if gone > 0 && hooks.is_empty() {
-            *group = Value::Null;
-        }
-    }
-    if list.iter().any(|g| !g.is_null()) {
-        list.retain(|g| !g.is_null());
-    }
-    removed
 }

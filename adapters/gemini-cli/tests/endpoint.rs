@@ -192,3 +192,61 @@ fn a_gate_needs_an_output_and_the_listen_address_is_checked() {
         "{errors:?}"
     );
 }
+
+/// The options `patchbay components gemini_cli` prints: every endpoint option, each with
+/// its doc, the listen default Gemini CLI's own.
+#[test]
+fn every_option_is_described_with_gemini_cli_defaults() {
+    let schema = (patchbay_gemini_cli::ADAPTER.components[0].options)();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .expect("properties");
+    let mut names: Vec<&str> = properties.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "allowed_hosts",
+            "gate",
+            "header_timeout_ms",
+            "idle_timeout_ms",
+            "listen",
+            "max_body",
+            "max_connections",
+            "token"
+        ]
+    );
+    for (name, option) in properties {
+        let doc = option.get("description").and_then(Value::as_str);
+        assert!(doc.is_some_and(|d| !d.is_empty()), "{name} has no doc");
+    }
+    assert_eq!(properties["listen"]["default"], json!("127.0.0.1:7880"));
+    assert_eq!(properties["max_body"]["default"], json!(8 << 20));
+}
+
+#[test]
+fn unknown_keys_are_refused_with_a_suggestion() {
+    let mut registry = Registry::new();
+    registry.adapter(&patchbay_gemini_cli::ADAPTER);
+    let typo = "[sources.g]\ntype = \"gemini_cli\"\nlisen = \"127.0.0.1:1\"\n";
+    let Err(errors) = compile(&[SourceText::new("c.toml", typo)], &registry) else {
+        panic!("an unknown key is refused");
+    };
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.to_string().contains("did you mean `listen`")),
+        "{errors:?}"
+    );
+    // `patchbay hooks` reads the config with serde alone: unknown keys refused there too.
+    let parsed = serde_json::from_value::<patchbay_gemini_cli::GeminiCliConfig>(
+        json!({"listen": "127.0.0.1:1", "lisen": "x"}),
+    );
+    assert!(parsed.is_err(), "{parsed:?}");
+    let checked = serde_json::from_value::<patchbay_gemini_cli::GeminiCliConfig>(json!({}))
+        .expect("all defaults")
+        .check()
+        .expect("checks");
+    assert_eq!(checked.hook_url(), "http://127.0.0.1:7880/hook");
+}

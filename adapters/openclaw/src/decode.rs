@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use patchbay_graph::approvals::{self, Verdict};
 use patchbay_signal::decode::{FrameDecoder, FrameLines};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_signal::partial_usage::PartialUsage;
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
-    TokenUsage, ToolCall, ToolResult, as_count,
+    ToolCall, ToolResult, as_count,
 };
 use patchbay_signal::{Object, Signal, millis_of, now_ms, object, take_str};
 use serde_json::Value;
@@ -615,12 +616,8 @@ impl OpenClawDecoder {
     }
 
     pub(crate) fn bad(&self, raw: &str, message: &str) -> Decoded {
-        Decoded::BadInput(bad_input_signal(
-            &self.source,
-            self.last_timestamp,
-            raw,
-            message,
-        ))
+        let signal = bad_input_signal(&self.source, self.last_timestamp, raw, message);
+        Decoded::BadInput(signal)
     }
 }
 
@@ -654,25 +651,14 @@ fn usage(data: &mut Object, agent_id: String, source: &str) -> Option<Signal> {
     if cost.is_some() {
         data.shift_remove("cost");
     }
-    let mut signal = TokenUsage {
+    let usage = PartialUsage {
         agent_id,
-        prompt_tokens: input.unwrap_or(0),
-        completion_tokens: output.unwrap_or(0),
+        input,
+        output,
         model,
         cost,
-    }
-    .into_signal(source);
-    let missing: Vec<&str> = [
-        ("promptTokens", input.is_none()),
-        ("completionTokens", output.is_none()),
-    ]
-    .into_iter()
-    .filter_map(|(name, absent)| absent.then_some(name))
-    .collect();
-    if !missing.is_empty() {
-        signal = signal.with_meta("missing", missing);
-    }
-    Some(signal)
+    };
+    Some(usage.into_signal(source))
 }
 
 /// The byte-stream form of [`OpenClawDecoder`]: NDJSON lines, each a bare frame or a

@@ -941,12 +941,8 @@ impl EventDecoder {
 
     /// The counted bad-input `error` signal for `raw`, at the time of the last signal.
     pub fn bad(&self, raw: &str, message: &str) -> Decoded {
-        Decoded::BadInput(bad_input_signal(
-            &self.source,
-            self.last_timestamp,
-            raw,
-            message,
-        ))
+        let signal = bad_input_signal(&self.source, self.last_timestamp, raw, message);
+        Decoded::BadInput(signal)
     }
 }
 

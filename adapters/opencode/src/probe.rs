@@ -8,6 +8,7 @@ use std::time::Duration;
 use patchbay_graph::BoxFuture;
 use patchbay_graph::descriptor::Probe;
 use patchbay_graph::probe::{Offers, ProbeContext, Service, ServiceState};
+use patchbay_transport::probe::probe_client;
 use serde_json::Value;
 
 /// `opencode serve`'s well-known local address.
@@ -126,23 +127,6 @@ fn classify(err: &reqwest::Error) -> Failure {
     } else {
         Failure::BadAnswer(why)
     }
-}
-
-/// The probe's client, built once: no proxies, no redirects, no connection pool.
-fn probe_client() -> Result<&'static reqwest::Client, &'static String> {
-    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
-        std::sync::OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            patchbay_transport::client_builder()
-                .no_proxy()
-                .pool_max_idle_per_host(0)
-                .redirect(reqwest::redirect::Policy::none())
-                .user_agent("patchbay-discovery")
-                .build()
-                .map_err(|e| format!("cannot build an HTTP client: {e}"))
-        })
-        .as_ref()
 }
 
 #[cfg(test)]

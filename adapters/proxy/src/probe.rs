@@ -13,6 +13,7 @@ use std::time::Duration;
 use patchbay_graph::BoxFuture;
 use patchbay_graph::descriptor::Probe;
 use patchbay_graph::probe::{Offers, ProbeContext, Service, ServiceState};
+use patchbay_transport::probe::probe_client;
 
 /// Ollama's well-known local address.
 pub const OLLAMA_ADDRESS: &str = "127.0.0.1:11434";
@@ -164,24 +165,6 @@ fn error_chain(err: &reqwest::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The probes' client, built once: no proxies (loopback addresses), no redirects, no
-/// connection pool (a pooled connection could outlive the service it was made to).
-fn probe_client() -> Result<&'static reqwest::Client, &'static String> {
-    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
-        std::sync::OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            patchbay_transport::client_builder()
-                .no_proxy()
-                .pool_max_idle_per_host(0)
-                .redirect(reqwest::redirect::Policy::none())
-                .user_agent("patchbay-discovery")
-                .build()
-                .map_err(|e| format!("cannot build an HTTP client: {e}"))
-        })
-        .as_ref()
 }
 
 #[cfg(test)]

@@ -9,8 +9,10 @@
 //! What differs between agents is one trait, [`HookAgent`]: how a payload becomes
 //! signals, whether it is a call the gate may hold (and its prompt id, tool and input),
 //! the signals of a held call in the agent's envelope, and the body that answers a
-//! verdict. An adapter implements it, parses its own options struct into
-//! [`EndpointOptions`], checks them into [`Settings`] and runs [`serve`].
+//! verdict. An adapter implements it (its default `listen` too: [`EndpointDefaults`]),
+//! names [`EndpointOptions`] of its agent as its options struct, and builds its component
+//! with [`build_source`] and [`build_output`] (or checks the options into [`Settings`] and
+//! runs [`serve`] itself).
 //!
 //! [`client`] is the other side: what `patchbay hooks emit` posts and `patchbay hooks
 //! status` asks.
@@ -18,12 +20,16 @@
 #![warn(missing_docs)]
 
 pub mod client;
+mod component;
 mod endpoint;
 mod options;
+pub mod payload;
+pub mod settings_file;
 
 pub use client::{HEALTH_PATH, HOOK_PATH};
+pub use component::{build_output, build_source, parse_settings};
 pub use endpoint::serve;
-pub use options::{EndpointOptions, Settings, defaults};
+pub use options::{EndpointDefaults, EndpointOptions, Settings, defaults};
 
 use patchbay_graph::approvals::{GateConfig, Verdict};
 use patchbay_signal::Signal;
@@ -42,9 +48,35 @@ pub struct Call {
     pub input: Value,
 }
 
+impl Call {
+    /// The call a hook payload names, as both agents name it: the tool in `tool_name`, its
+    /// input in `tool_input` (an empty object when absent).
+    pub fn of(hook: &Value, prompt_id: String) -> Call {
+        let tool = hook
+            .get("tool_name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let input = hook
+            .get("tool_input")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        Call {
+            prompt_id,
+            tool,
+            input,
+        }
+    }
+}
+
 /// What one agent's hooks need of the endpoint: everything protocol-specific. The
 /// endpoint keeps one value behind a lock and calls it for each request, in order.
-pub trait HookAgent: Send + 'static {
+pub trait HookAgent: EndpointDefaults + Send + 'static {
+    /// The agent's side of the endpoint of the component named `component`.
+    fn new(component: &str) -> Self
+    where
+        Self: Sized;
+
     /// The component type (`claude_code`), the prefix of the endpoint's messages.
     fn name(&self) -> &'static str;
 
@@ -100,5 +132,22 @@ pub trait HookAgent: Send + 'static {
     /// its transcript gained), sent before the answer.
     fn after(&mut self, _hook: &Value) -> Vec<Decoded> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_call_is_read_from_the_payload() {
+        let hook = json!({"tool_name": "Bash", "tool_input": {"command": "ls"}});
+        let call = Call::of(&hook, "p1".into());
+        assert_eq!(call.prompt_id, "p1");
+        assert_eq!(call.tool, "Bash");
+        assert_eq!(call.input, json!({"command": "ls"}));
+        let bare = Call::of(&json!({}), "p2".into());
+        assert_eq!((bare.tool.as_str(), bare.input), ("", json!({})));
     }
 }

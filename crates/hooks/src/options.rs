@@ -1,10 +1,12 @@
 //! The endpoint's options, as every agent's config struct gives them, and their check.
 
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 
 use patchbay_graph::approvals::GateConfig;
 use patchbay_server::{Secret, parse_listen};
 use patchbay_transport::listen::{self, Limits};
+use serde::Deserialize;
 
 use crate::HOOK_PATH;
 
@@ -34,26 +36,121 @@ pub mod defaults {
     }
 }
 
-/// The options of a hook endpoint, unchecked: what an agent's config struct holds (each
-/// adapter has its own, documented in its agent's words, with its own default port).
-#[derive(Debug, Clone)]
-pub struct EndpointOptions {
-    /// `IP:PORT` to listen on (`localhost:PORT` means `127.0.0.1:PORT`).
+/// An agent's defaults for [`EndpointOptions`]: the address its endpoint listens on when
+/// the config names none (every [`HookAgent`](crate::HookAgent) has them).
+pub trait EndpointDefaults: 'static {
+    /// The default `listen`, `IP:PORT`.
+    const LISTEN: &'static str;
+}
+
+fn default_listen<D: EndpointDefaults>() -> String {
+    D::LISTEN.to_owned()
+}
+
+/// The options of a hook endpoint, unchecked: every hook agent's config struct is this one
+/// (the adapter names it, `ClaudeCodeConfig = EndpointOptions<Claude>`), so that they
+/// cannot drift apart; the default `listen` is the agent's (`D`). Parse it with
+/// [`crate::parse_settings`].
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(bound = "", deny_unknown_fields)]
+#[schemars(bound = "D: EndpointDefaults", rename = "EndpointOptions")]
+pub struct EndpointOptions<D: EndpointDefaults> {
+    /// `IP:PORT` to listen on (`localhost:PORT` means `127.0.0.1:PORT`); each agent has
+    /// its own default port. Not on loopback, a `token` is required.
+    #[serde(default = "default_listen::<D>")]
     pub listen: String,
-    /// Bearer token the hooks must send.
+    /// Bearer token the hooks must send (`Authorization: Bearer …`). `patchbay hooks
+    /// install` makes them send `$PATCHBAY_HOOK_TOKEN` (`patchbay hooks emit` sends it),
+    /// so it is never written in clear in the agent's settings.
+    #[serde(default)]
     pub token: Option<Secret>,
-    /// The gate, if any.
+    /// Hold the calls of some tools until a `control.answer` decides them (outputs only).
+    /// `tools` are the agent's own names: Claude Code's `Bash`, `Write`, …; Gemini CLI's
+    /// `run_shell_command`, `write_file`, `replace`, … (held at its `BeforeTool`).
+    #[serde(default)]
     pub gate: Option<GateConfig>,
-    /// Largest hook body accepted, in bytes.
+    /// Largest hook body accepted, in bytes (a file write carries the whole file, Gemini
+    /// CLI's `BeforeModel` the whole conversation). Default 8 MiB.
+    #[serde(default = "defaults::max_body")]
     pub max_body: usize,
-    /// Host names answered besides the loopback ones (`["*"]`: any).
+    /// Host names the endpoint answers to besides `localhost`, `127.0.0.1` and `[::1]`
+    /// (any port); `["*"]` for any. Absent: a loopback `listen` answers only to the
+    /// loopback names (the hooks post to `http://127.0.0.1:PORT/hook`), any other `listen`
+    /// to any host. A request naming another host gets 403; one with an `Origin` (a web
+    /// page) always does.
+    #[serde(default)]
     pub allowed_hosts: Option<Vec<String>>,
-    /// Request head timeout, ms.
+    /// How long a client may take to send a request's head, in ms (from the connection's
+    /// start, then from the first byte of each next request); past it the connection is
+    /// closed. From 1 to 86400000 (one day). Default 10000.
+    #[serde(default = "defaults::header_timeout_ms")]
     pub header_timeout_ms: u64,
-    /// Keep-alive idle timeout, ms.
+    /// How long a keep-alive connection may wait for its next request, in ms, before it is
+    /// closed (a call held by the gate is not idle). From 1 to 86400000. Default 60000.
+    #[serde(default = "defaults::idle_timeout_ms")]
     pub idle_timeout_ms: u64,
-    /// Connection cap.
+    /// How many connections may be open at once; beyond it a new one gets 503 and is
+    /// closed at once, counted as `too_many_connections`. From 1 to 1000000. Default 1024.
+    #[serde(default = "defaults::max_connections")]
     pub max_connections: usize,
+    #[serde(skip)]
+    #[schemars(skip)]
+    agent: PhantomData<fn() -> D>,
+}
+
+// By hand: derived, they would ask the agent's `D` to be `Clone` and `Debug` too.
+impl<D: EndpointDefaults> Clone for EndpointOptions<D> {
+    fn clone(&self) -> Self {
+        EndpointOptions {
+            listen: self.listen.clone(),
+            token: self.token.clone(),
+            gate: self.gate.clone(),
+            max_body: self.max_body,
+            allowed_hosts: self.allowed_hosts.clone(),
+            header_timeout_ms: self.header_timeout_ms,
+            idle_timeout_ms: self.idle_timeout_ms,
+            max_connections: self.max_connections,
+            agent: PhantomData,
+        }
+    }
+}
+
+impl<D: EndpointDefaults> std::fmt::Debug for EndpointOptions<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointOptions")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("gate", &self.gate)
+            .field("max_body", &self.max_body)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("header_timeout_ms", &self.header_timeout_ms)
+            .field("idle_timeout_ms", &self.idle_timeout_ms)
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}
+
+impl<D: EndpointDefaults> EndpointOptions<D> {
+    /// Options with the defaults and this `listen` (for tests and embedders).
+    pub fn new(listen: impl Into<String>) -> Self {
+        EndpointOptions {
+            listen: listen.into(),
+            token: None,
+            gate: None,
+            max_body: defaults::max_body(),
+            allowed_hosts: None,
+            header_timeout_ms: defaults::header_timeout_ms(),
+            idle_timeout_ms: defaults::idle_timeout_ms(),
+            max_connections: defaults::max_connections(),
+            agent: PhantomData,
+        }
+    }
+
+    /// Checks the options into [`Settings`]; an error names the offending key and what is
+    /// wrong.
+    pub fn check(self) -> Result<Settings, (&'static str, String)> {
+        Settings::check(self)
+    }
 }
 
 /// Checked options.
@@ -74,12 +171,12 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Checks options (`default_listen` is named in the message of a bad `listen`); an
-    /// error names the offending key and what is wrong.
-    pub fn check(
-        options: EndpointOptions,
-        default_listen: &str,
+    /// Checks options (the agent's default `listen` is named in the message of a bad
+    /// one); an error names the offending key and what is wrong.
+    pub fn check<D: EndpointDefaults>(
+        options: EndpointOptions<D>,
     ) -> Result<Settings, (&'static str, String)> {
+        let default_listen = D::LISTEN;
         let listen = parse_listen(&options.listen).ok_or_else(|| {
             (
                 "listen",
@@ -144,37 +241,34 @@ impl Settings {
 mod tests {
     use super::*;
 
-    fn options(listen: &str) -> EndpointOptions {
-        EndpointOptions {
-            listen: listen.into(),
-            token: None,
-            gate: None,
-            max_body: defaults::max_body(),
-            allowed_hosts: None,
-            header_timeout_ms: defaults::header_timeout_ms(),
-            idle_timeout_ms: defaults::idle_timeout_ms(),
-            max_connections: defaults::max_connections(),
-        }
+    /// An agent whose default is Gemini CLI's port.
+    struct Port7880;
+    impl EndpointDefaults for Port7880 {
+        const LISTEN: &'static str = "127.0.0.1:7880";
+    }
+
+    fn options(listen: &str) -> EndpointOptions<Port7880> {
+        EndpointOptions::new(listen)
     }
 
     #[test]
     fn options_are_checked_and_name_their_key() {
-        let settings = Settings::check(options("localhost:7880"), "127.0.0.1:7880").unwrap();
+        let settings = Settings::check(options("localhost:7880")).unwrap();
         assert_eq!(settings.hook_url(), "http://127.0.0.1:7880/hook");
-        let (key, message) = Settings::check(options("nowhere"), "127.0.0.1:7880").unwrap_err();
+        let (key, message) = Settings::check(options("nowhere")).unwrap_err();
         assert_eq!(key, "listen");
         assert!(message.contains("127.0.0.1:7880"), "{message}");
-        let (key, _) = Settings::check(options("0.0.0.0:1"), "x").unwrap_err();
+        let (key, _) = Settings::check(options("0.0.0.0:1")).unwrap_err();
         assert_eq!(key, "listen");
         let mut open = options("0.0.0.0:7880");
         open.token = Some(Secret("t".into()));
-        let settings = Settings::check(open, "x").unwrap();
+        let settings = Settings::check(open).unwrap();
         assert_eq!(settings.hook_url(), "http://127.0.0.1:7880/hook");
         let mut empty = options("127.0.0.1:1");
         empty.token = Some(Secret(" ".into()));
-        assert_eq!(Settings::check(empty, "x").unwrap_err().0, "token");
+        assert_eq!(Settings::check(empty).unwrap_err().0, "token");
         let mut zero = options("127.0.0.1:1");
         zero.max_body = 0;
-        assert_eq!(Settings::check(zero, "x").unwrap_err().0, "max_body");
+        assert_eq!(Settings::check(zero).unwrap_err().0, "max_body");
     }
 }

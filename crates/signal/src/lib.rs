@@ -12,6 +12,7 @@ pub mod control;
 pub mod decode;
 mod id;
 pub mod normalize;
+pub mod partial_usage;
 pub mod path;
 pub mod payload;
 mod small_string;

@@ -35,6 +35,7 @@ mod headers;
 mod http;
 pub mod listen;
 mod options;
+pub mod probe;
 pub mod publish;
 mod redact;
 pub mod tls;
