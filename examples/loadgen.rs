@@ -9,8 +9,18 @@
 //! ```text
 //! cargo build --release
 //! npm install --prefix target/node-red node-red    # optional: adds Node-RED to the run
-//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--via ws|post] [--patchbay PATH] [--rounds K] [--senders 4] [--client-queue N|default] [--node-red PATH/red.js|none]
+//! cargo run --release --example loadgen -- [--signals N] [--subscribers 1,10,100] [--rate 1000] [--via ws|post] [--patchbay PATH] [--rounds K] [--senders 4] [--shapes clean,extra,unknown,invalid|all] [--paced N] [--client-queue N|default] [--node-red PATH/red.js|none]
 //! ```
+//!
+//! `--shapes` picks the envelopes sent, as producers really write them (each measured in
+//! turn, against the relay in the same run): `clean`, a `text_delta` whose payload has
+//! exactly its schema's fields (the send stamp in `metadata`); `extra`, the same with two
+//! fields the schema does not allow in the payload (a sequence number and the send stamp,
+//! as a producer that measures itself adds), which patchbay moves to `metadata.extra`;
+//! `unknown`, a type that is not well known (`loadgen.tick`), passed as it is; `invalid`,
+//! a `text_delta` whose text is under another name, which becomes `invalid.text_delta`
+//! (its reason in `metadata.invalid`). The `when` filter keeps the type each shape arrives
+//! as.
 //!
 //! The generator must not be the bottleneck: at full speed the signals are serialized
 //! before the clock starts and sent by `--senders` connections at once, each writing a
@@ -23,9 +33,10 @@
 //!
 //! For each target and subscriber count it reports the delivered frames per second at full
 //! speed, the end-to-end latency percentiles (p50, p99, p999) at `--rate` signals per
-//! second, the server's peak resident memory (VmHWM) and the CPU time it spent per signal
-//! during the throughput run (user and system, from `/proc`). patchbay runs as
-//! `target/release/patchbay` with a sidecar fed by its own ingest; signals are sent on a
+//! second (over `--paced` signals, by default a tenth of `--signals`), the server's peak
+//! resident memory (VmHWM) and the CPU time it spent per signal during the throughput run
+//! (user and system, from `/proc`). patchbay runs as `target/release/patchbay` (or
+//! `--patchbay PATH`, e.g. `target/dist/patchbay`) with a sidecar fed by its own ingest; signals are sent on a
 //! WebSocket (`--via ws`, the default) or by HTTP POST (`--via post`). With `--rounds K`,
 //! every measurement runs K times (the relay, patchbay and Node-RED taking turns, each on a
 //! fresh server) and the table shows the median of each figure, with the range of the p99s;
@@ -63,6 +74,66 @@ struct Options {
     client_queue: ClientQueue,
     /// Node-RED's `red.js`; `None` leaves Node-RED out.
     node_red: Option<String>,
+    /// The envelope shapes to measure, each in turn.
+    shapes: Vec<Shape>,
+    /// Signals in the paced (latency) run; `None`: a tenth of `signals`, at least 2000 and
+    /// at most 20 seconds' worth.
+    paced: Option<usize>,
+}
+
+/// An envelope shape a producer sends (see the module's doc).
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    Clean,
+    Extra,
+    Unknown,
+    Invalid,
+}
+
+impl Shape {
+    const ALL: [Shape; 4] = [Shape::Clean, Shape::Extra, Shape::Unknown, Shape::Invalid];
+
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Clean => "clean",
+            Shape::Extra => "extra",
+            Shape::Unknown => "unknown",
+            Shape::Invalid => "invalid",
+        }
+    }
+
+    /// The type the envelope is sent with.
+    fn sent_type(self) -> &'static str {
+        match self {
+            Shape::Unknown => "loadgen.tick",
+            _ => "text_delta",
+        }
+    }
+
+    /// The type patchbay gives it (what its `when` keeps).
+    fn delivered_type(self) -> &'static str {
+        match self {
+            Shape::Invalid => "invalid.text_delta",
+            other => other.sent_type(),
+        }
+    }
+
+    /// Envelope `i`, stamped now (`t0`, nanoseconds, which the subscribers read back).
+    fn signal(self, i: usize) -> String {
+        let t0 = now_ns();
+        let kind = self.sent_type();
+        match self {
+            Shape::Clean | Shape::Unknown => format!(
+                "{{\"type\":\"{kind}\",\"source\":\"loadgen\",\"payload\":{{\"agentId\":\"load\",\"content\":\"token {i} of the stream\",\"index\":{i}}},\"metadata\":{{\"t0\":{t0}}}}}"
+            ),
+            Shape::Extra => format!(
+                "{{\"type\":\"{kind}\",\"source\":\"loadgen\",\"payload\":{{\"agentId\":\"load\",\"content\":\"token {i} of the stream\",\"index\":{i},\"seq\":{i},\"t0\":{t0}}}}}"
+            ),
+            Shape::Invalid => format!(
+                "{{\"type\":\"{kind}\",\"source\":\"loadgen\",\"payload\":{{\"agentId\":\"load\",\"text\":\"token {i} of the stream\",\"index\":{i}}},\"metadata\":{{\"t0\":{t0}}}}}"
+            ),
+        }
+    }
 }
 
 /// The sidecar's `client_queue` for patchbay's runs.
@@ -89,6 +160,7 @@ impl ClientQueue {
 /// The command line, for `--help` and a bad argument.
 const USAGE: &str = "loadgen [--signals N] [--subscribers 1,10,100] [--rate 1000] \
                      [--via ws|post] [--patchbay PATH] [--rounds K] [--senders 4] \
+                     [--shapes clean,extra,unknown,invalid|all] [--paced N] \
                      [--client-queue N|default] [--node-red PATH/red.js|none]";
 
 /// Says what is wrong with the command line, and how it goes, and exits.
@@ -115,6 +187,8 @@ fn options() -> Options {
         senders: 4,
         client_queue: ClientQueue::WholeRun,
         node_red: Some("target/node-red/node_modules/node-red/red.js".into()),
+        shapes: vec![Shape::Clean],
+        paced: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -150,6 +224,23 @@ fn options() -> Options {
                 }
             }
             "--node-red" => o.node_red = (value != "none").then_some(value),
+            "--paced" => o.paced = Some(number::<usize>("--paced", &value).max(100)),
+            "--shapes" if value == "all" => o.shapes = Shape::ALL.to_vec(),
+            "--shapes" => {
+                o.shapes = value
+                    .split(',')
+                    .map(|name| {
+                        Shape::ALL
+                            .into_iter()
+                            .find(|s| s.name() == name)
+                            .unwrap_or_else(|| {
+                                usage_error(&format!(
+                                    "--shapes takes clean, extra, unknown, invalid or all, not `{name}`"
+                                ))
+                            })
+                    })
+                    .collect()
+            }
             other => usage_error(&format!("unknown argument `{other}`")),
         }
         i += 2;
@@ -253,17 +344,18 @@ struct Server {
 }
 
 impl Server {
-    fn patchbay(binary: &str, client_queue: Option<usize>) -> Server {
+    fn patchbay(binary: &str, client_queue: Option<usize>, shape: Shape) -> Server {
         let port = free_port();
         let dir = ScratchDir::new("loadgen");
         let config = dir.join("loadgen.toml");
         let client_queue = client_queue
             .map(|n| format!("client_queue = {n}\n"))
             .unwrap_or_default();
+        let kind = shape.delivered_type();
         std::fs::write(
             &config,
             format!(
-                "[filters.deltas]\ntype = \"when\"\ninputs = [\"ui.inbound\"]\nwhen = {{ type = \"text_delta\" }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"deltas\"]\nwhen_full = \"block\"\nlisten = \"127.0.0.1:{port}\"\n{client_queue}max_frame = 1048576\n\n[runtime]\nqueue = 4096\n"
+                "[filters.deltas]\ntype = \"when\"\ninputs = [\"ui.inbound\"]\nwhen = {{ type = \"{kind}\" }}\n\n[outputs.ui]\ntype = \"sidecar\"\ninputs = [\"deltas\"]\nwhen_full = \"block\"\nlisten = \"127.0.0.1:{port}\"\n{client_queue}max_frame = 1048576\n\n[runtime]\nqueue = 4096\n"
             ),
         )
         .unwrap();
@@ -287,7 +379,7 @@ impl Server {
     /// `payload.type` is `text_delta` (`switch`), its publisher's session forgotten
     /// (`change`: else `websocket out` answers the publisher only), serialized again to
     /// every client of `/ws` (`websocket out`).
-    fn node_red(red_js: &str) -> Server {
+    fn node_red(red_js: &str, shape: Shape) -> Server {
         let port = free_port();
         let dir = ScratchDir::new("loadgen-node-red");
         let flows = serde_json::json!([
@@ -297,7 +389,7 @@ impl Server {
             {"id": "in", "type": "websocket in", "z": "tab", "server": "in_path", "client": "", "wires": [["parse"]]},
             {"id": "parse", "type": "json", "z": "tab", "property": "payload", "action": "obj", "pretty": false, "wires": [["deltas"]]},
             {"id": "deltas", "type": "switch", "z": "tab", "property": "payload.type", "propertyType": "msg",
-             "rules": [{"t": "eq", "v": "text_delta", "vt": "str"}], "checkall": "true", "repair": false,
+             "rules": [{"t": "eq", "v": shape.sent_type(), "vt": "str"}], "checkall": "true", "repair": false,
              "outputs": 1, "wires": [["fanout"]]},
             // A message that still names the publisher's session would go back to it only.
             {"id": "fanout", "type": "change", "z": "tab",
@@ -454,17 +546,11 @@ async fn subscribe(
     handles
 }
 
-fn signal(i: usize) -> String {
-    format!(
-        "{{\"type\":\"text_delta\",\"source\":\"loadgen\",\"payload\":{{\"agentId\":\"load\",\"content\":\"token {i} of the stream\",\"index\":{i}}},\"metadata\":{{\"t0\":{}}}}}",
-        now_ns()
-    )
-}
-
 /// Sends `n` signals, paced at `rate` per second when given (on one connection, each
 /// stamped when sent). At full speed the signals are serialized beforehand and sent by
 /// `senders` connections at once, each writing every frame of a batch before one flush.
 async fn publish(
+    shape: Shape,
     port: u16,
     path: &str,
     n: usize,
@@ -482,7 +568,7 @@ async fn publish(
             if let Some(p) = pace.as_mut() {
                 p.tick().await;
             }
-            let body = signal(i);
+            let body = shape.signal(i);
             let req = format!(
                 "POST /signal HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
@@ -514,7 +600,7 @@ async fn publish(
         let (mut sink, _stream) = ws.split();
         for i in 0..n {
             pace.tick().await;
-            sink.send(Message::text(signal(i))).await.unwrap();
+            sink.send(Message::text(shape.signal(i))).await.unwrap();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         return Sending::done(started);
@@ -528,7 +614,7 @@ async fn publish(
         // Serialized before the clock starts: the generator only writes.
         let frames: Vec<Message> = (k..n)
             .step_by(senders)
-            .map(|i| Message::text(signal(i)))
+            .map(|i| Message::text(shape.signal(i)))
             .collect();
         connections.push((ws, frames));
     }
@@ -599,12 +685,19 @@ struct Row {
     cpu_us: f64,
 }
 
-async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options) -> Row {
+async fn measure(
+    server: &Server,
+    target: &'static str,
+    subs: usize,
+    shape: Shape,
+    o: &Options,
+) -> Row {
     server.ready().await;
     // Throughput: everything at full speed.
     let handles = subscribe(server.port, subs, o.signals).await;
     let cpu_before = server.cpu_seconds();
     let sending = publish(
+        shape,
         server.port,
         server.publish_path,
         o.signals,
@@ -620,11 +713,15 @@ async fn measure(server: &Server, target: &'static str, subs: usize, o: &Options
     let elapsed = sending.started.elapsed().as_secs_f64();
     let cpu_us = (server.cpu_seconds() - cpu_before) * 1e6 / o.signals as f64;
     sending.close();
-    // Latency: paced, a tenth of the signals, at least 2000 and at most 20 seconds' worth
-    // (at `--rate`, the paced run takes its count divided by the rate in seconds).
-    let paced = (o.signals / 10).clamp(2000, (o.rate as usize * 20).max(2000));
+    // Latency: paced, `--paced` signals, else a tenth of the signals, at least 2000 and at
+    // most 20 seconds' worth (at `--rate`, the paced run takes its count divided by the
+    // rate in seconds).
+    let paced = o
+        .paced
+        .unwrap_or_else(|| (o.signals / 10).clamp(2000, (o.rate as usize * 20).max(2000)));
     let handles = subscribe(server.port, subs, paced).await;
     publish(
+        shape,
         server.port,
         server.publish_path,
         paced,
@@ -675,9 +772,9 @@ async fn main() {
         if o.via_post { "POST" } else { "WebSocket" }
     );
     println!(
-        "| target | subscribers | signals/s (each subscriber) | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB | server CPU µs/signal |"
+        "| shape | target | subscribers | signals/s (each subscriber) | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB | server CPU µs/signal |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let node_red = o.node_red.clone().filter(|path| {
         let found = std::path::Path::new(path).exists();
         if !found {
@@ -689,16 +786,20 @@ async fn main() {
     if node_red.is_some() {
         targets.push("node-red");
     }
-    for &subs in &o.subscribers {
+    for (&shape, &subs) in o
+        .shapes
+        .iter()
+        .flat_map(|shape| o.subscribers.iter().map(move |subs| (shape, subs)))
+    {
         let mut rows: Vec<Vec<Row>> = targets.iter().map(|_| Vec::new()).collect();
         for _ in 0..o.rounds {
             for (i, &target) in targets.iter().enumerate() {
                 let server = match target {
                     "relay" => Server::relay(o.signals.max(65536)),
-                    "patchbay" => Server::patchbay(&o.patchbay, o.client_queue.size(o.signals)),
-                    _ => Server::node_red(node_red.as_deref().unwrap_or_default()),
+                    "patchbay" => Server::patchbay(&o.patchbay, o.client_queue.size(o.signals), shape),
+                    _ => Server::node_red(node_red.as_deref().unwrap_or_default(), shape),
                 };
-                rows[i].push(measure(&server, target, subs, &o).await);
+                rows[i].push(measure(&server, target, subs, shape, &o).await);
             }
         }
         let throughput = |runs: &[Row]| {
@@ -739,7 +840,8 @@ async fn main() {
                 format!("{:.3}", median(|r| r.p99))
             };
             println!(
-                "| {target} | {subs} | {:.0} | {:.1}% | {:.3} | {p99} | {:.3} | {:.1} | {:.2} |",
+                "| {} | {target} | {subs} | {:.0} | {:.1}% | {:.3} | {p99} | {:.3} | {:.1} | {:.2} |",
+                shape.name(),
                 median(|r| r.throughput),
                 median(|r| r.delivered) * 100.0,
                 median(|r| r.p50),
@@ -759,7 +861,10 @@ async fn main() {
             } else {
                 String::new()
             };
-            println!("| {target} / relay | {subs} | {ratio:.2}×{rounds} | | | | | | |");
+            println!(
+                "| {} | {target} / relay | {subs} | {ratio:.2}×{rounds} | | | | | | |",
+                shape.name()
+            );
         }
     }
 }
