@@ -65,8 +65,12 @@ enum Command {
         #[arg(value_name = "TYPE")]
         type_name: Option<String>,
         /// As JSON (a type's options as a JSON schema).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "markdown")]
         json: bool,
+        /// As Markdown: without TYPE, the whole component reference
+        /// (docs/reference/components.md is this output).
+        #[arg(long)]
+        markdown: bool,
     },
     /// Run patchbay as a background service of your session (systemd user unit on
     /// Linux, launchd agent on macOS).
@@ -218,7 +222,18 @@ pub fn main() -> ExitCode {
         Command::Run(args) => commands::run(&args),
         Command::Reload(args) => commands::reload(&args),
         Command::Discover { json } => discover::run(json),
-        Command::Components { type_name, json } => components::run(type_name.as_deref(), json),
+        Command::Components {
+            type_name,
+            json,
+            markdown,
+        } => components::run(
+            type_name.as_deref(),
+            match (json, markdown) {
+                (true, _) => components::Format::Json,
+                (_, true) => components::Format::Markdown,
+                _ => components::Format::Text,
+            },
+        ),
         Command::Service { command } => match command {
             ServiceCommand::Install {
                 config,

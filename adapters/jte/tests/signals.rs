@@ -1,4 +1,4 @@
-//! Commands → signals, the `parse` decoder, the control encoder, and the README snippet.
+//! Commands → signals, the `parse` decoder, the control encoder, and the snippet of docs/runtimes.md.
 
 use patchbay_jte::{
     JteCommand, JteDecoder, JteEvent, JteParser, JteSignals, OSC_TO_PROGRAM, OSC_TO_TERMINAL,
@@ -293,7 +293,7 @@ fn control_signals_encode_as_osc_23199() {
     );
 }
 
-/// The README snippet: a shell agent emits a text_delta and a tool_call with `printf`.
+/// The snippet of docs/runtimes.md: a shell agent emits a text_delta and a tool_call with `printf`.
 const SNIPPET: &str = r#"printf '\033]23198;0;{"command":"text_delta","data":{"agentId":"my-agent","content":"Hello from the shell"}}\007'
 printf '\033]23198;0;{"command":"tool_call","rpcid":"call-1","data":{"agentId":"my-agent","toolName":"grep","callId":"call-1","input":{"pattern":"TODO"}}}\007'
 "#;
@@ -348,7 +348,7 @@ fn the_readme_snippet_run_by_a_real_shell() {
         .output()
     {
         Ok(output) => output,
-        Err(err) => panic!("`sh` is needed to run the README snippet: {err}"),
+        Err(err) => panic!("`sh` is needed to run the snippet of docs/runtimes.md: {err}"),
     };
     assert!(output.status.success());
     check_snippet_bytes(&output.stdout);
