@@ -226,21 +226,19 @@ fn options() -> Options {
             "--node-red" => o.node_red = (value != "none").then_some(value),
             "--paced" => o.paced = Some(number::<usize>("--paced", &value).max(100)),
             "--shapes" if value == "all" => o.shapes = Shape::ALL.to_vec(),
-            "--shapes" => {
-                o.shapes = value
-                    .split(',')
-                    .map(|name| {
-                        Shape::ALL
-                            .into_iter()
-                            .find(|s| s.name() == name)
-                            .unwrap_or_else(|| {
-                                usage_error(&format!(
-                                    "--shapes takes clean, extra, unknown, invalid or all, not `{name}`"
-                                ))
-                            })
-                    })
-                    .collect()
-            }
+            "--shapes" => o.shapes = value
+                .split(',')
+                .map(|name| {
+                    Shape::ALL
+                        .into_iter()
+                        .find(|s| s.name() == name)
+                        .unwrap_or_else(|| {
+                            usage_error(&format!(
+                                "--shapes takes clean, extra, unknown, invalid or all, not `{name}`"
+                            ))
+                        })
+                })
+                .collect(),
             other => usage_error(&format!("unknown argument `{other}`")),
         }
         i += 2;
@@ -796,7 +794,9 @@ async fn main() {
             for (i, &target) in targets.iter().enumerate() {
                 let server = match target {
                     "relay" => Server::relay(o.signals.max(65536)),
-                    "patchbay" => Server::patchbay(&o.patchbay, o.client_queue.size(o.signals), shape),
+                    "patchbay" => {
+                        Server::patchbay(&o.patchbay, o.client_queue.size(o.signals), shape)
+                    }
                     _ => Server::node_red(node_red.as_deref().unwrap_or_default(), shape),
                 };
                 rows[i].push(measure(&server, target, subs, shape, &o).await);

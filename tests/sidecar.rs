@@ -336,7 +336,10 @@ async fn a_finished_file_source_leaves_the_daemon_serving_everywhere_it_says_so(
             if health["done"] == json!(["scenario"]) {
                 return health;
             }
-            assert!(Instant::now() < deadline, "the file never finished: {health}");
+            assert!(
+                Instant::now() < deadline,
+                "the file never finished: {health}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     })
@@ -351,8 +354,14 @@ async fn a_finished_file_source_leaves_the_daemon_serving_everywhere_it_says_so(
         .unwrap()
         .expect("metrics");
     let metrics = metrics.1;
-    assert!(metrics.contains("patchbay_status{status=\"ok\"} 1\n"), "{metrics}");
-    assert!(metrics.contains("patchbay_status{status=\"stopped\"} 0\n"), "{metrics}");
+    assert!(
+        metrics.contains("patchbay_status{status=\"ok\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("patchbay_status{status=\"stopped\"} 0\n"),
+        "{metrics}"
+    );
     assert!(metrics.contains("patchbay_serving 1\n"), "{metrics}");
 
     let mut tap = Command::new(env!("CARGO_BIN_EXE_patchbay"))
