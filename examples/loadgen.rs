@@ -176,6 +176,16 @@ fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
         .unwrap_or_else(|_| usage_error(&format!("{flag} takes a number, not `{value}`")))
 }
 
+/// The shape named `name` on the command line.
+fn shape_named(name: &str) -> Shape {
+    let known = Shape::ALL.into_iter().find(|s| s.name() == name);
+    known.unwrap_or_else(|| {
+        usage_error(&format!(
+            "--shapes takes clean, extra, unknown, invalid or all, not `{name}`"
+        ))
+    })
+}
+
 fn options() -> Options {
     let mut o = Options {
         signals: 20_000,
@@ -226,19 +236,7 @@ fn options() -> Options {
             "--node-red" => o.node_red = (value != "none").then_some(value),
             "--paced" => o.paced = Some(number::<usize>("--paced", &value).max(100)),
             "--shapes" if value == "all" => o.shapes = Shape::ALL.to_vec(),
-            "--shapes" => o.shapes = value
-                .split(',')
-                .map(|name| {
-                    Shape::ALL
-                        .into_iter()
-                        .find(|s| s.name() == name)
-                        .unwrap_or_else(|| {
-                            usage_error(&format!(
-                                "--shapes takes clean, extra, unknown, invalid or all, not `{name}`"
-                            ))
-                        })
-                })
-                .collect(),
+            "--shapes" => o.shapes = value.split(',').map(shape_named).collect(),
             other => usage_error(&format!("unknown argument `{other}`")),
         }
         i += 2;
