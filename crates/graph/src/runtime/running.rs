@@ -49,6 +49,39 @@ impl Kind {
     }
 }
 
+/// What a reload changes, decided before anything is touched (see `plan`).
+struct ReloadPlan {
+    /// The running nodes, by name.
+    old_by_name: HashMap<String, usize>,
+    /// The new graph's nodes, by name.
+    new_by_name: HashMap<String, usize>,
+    /// For each new node, the running node it is when it keeps running.
+    keep: Vec<Option<usize>>,
+    /// The running nodes that keep running.
+    kept: HashSet<usize>,
+    /// For each running node that does not keep running, the new node of its name and
+    /// kind that replaces it, if any.
+    replacement: Vec<Option<usize>>,
+    same: usize,
+    rebuilt: usize,
+    added: usize,
+    removed: usize,
+}
+
+impl ReloadPlan {
+    /// What changed, as the log and `/health` say it.
+    fn summary(&self) -> String {
+        let ReloadPlan {
+            same,
+            rebuilt,
+            added,
+            removed,
+            ..
+        } = self;
+        format!("{same} kept, {rebuilt} rebuilt, {added} added, {removed} removed")
+    }
+}
+
 /// A node of the running config.
 struct NodeInfo {
     name: String,
@@ -359,22 +392,83 @@ impl Running {
     /// Makes `graph` the running config: unchanged components are kept, changed ones
     /// rebuilt, removed ones drained, new ones started. Returns what changed.
     async fn apply(&mut self, graph: Graph) -> String {
-        let now = now_ms();
+        let plan = self.plan(&graph);
+        self.carry_out(graph, &plan).await;
+        plan.summary()
+    }
+
+    /// Decides what a reload to `graph` changes, touching nothing: which running node each
+    /// new node is, which old node each rebuilt one replaces, and the counts the summary
+    /// gives.
+    fn plan(&self, graph: &Graph) -> ReloadPlan {
         let old_by_name: HashMap<String, usize> = self
             .nodes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
-        let new_by_name: HashMap<&str, usize> = graph
+        let new_by_name: HashMap<String, usize> = graph
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.name.as_str(), i))
+            .map(|(i, n)| (n.name.clone(), i))
             .collect();
-
-        let keep = self.kept_nodes(&graph, &old_by_name);
+        let keep = self.kept_nodes(graph, &old_by_name);
         let kept: HashSet<usize> = keep.iter().flatten().copied().collect();
+        // An old node that is not kept is replaced by the new node of its name and kind.
+        let replacement: Vec<Option<usize>> =
+            self.nodes
+                .iter()
+                .enumerate()
+                .map(|(o, old)| {
+                    new_by_name.get(&old.name).copied().filter(|&n| {
+                        !kept.contains(&o) && Kind::of(&graph.nodes[n].kind) == old.kind
+                    })
+                })
+                .collect();
+        let (mut same, mut rebuilt, mut added) = (0usize, 0usize, 0usize);
+        for (i, node) in graph.nodes.iter().enumerate() {
+            if Kind::of(&node.kind) == Kind::Inbound {
+                continue;
+            }
+            match (keep[i], old_by_name.contains_key(&node.name)) {
+                (Some(_), _) => same += 1,
+                (None, true) => rebuilt += 1,
+                (None, false) => added += 1,
+            }
+        }
+        let removed = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(o, old)| {
+                !kept.contains(o) && replacement[*o].is_none() && old.kind != Kind::Inbound
+            })
+            .count();
+        ReloadPlan {
+            old_by_name,
+            new_by_name,
+            keep,
+            kept,
+            replacement,
+            same,
+            rebuilt,
+            added,
+            removed,
+        }
+    }
+
+    /// Carries out a reload decided by [`plan`](Self::plan): flushes the filters that go,
+    /// carries the kept filters' state and every component's stats into the new engine,
+    /// retires what goes, starts what comes.
+    async fn carry_out(&mut self, graph: Graph, plan: &ReloadPlan) {
+        let now = now_ms();
+        let ReloadPlan {
+            old_by_name,
+            keep,
+            kept,
+            ..
+        } = plan;
 
         // Filters that go flush what they hold, into today's outputs.
         for o in 0..self.nodes.len() {
@@ -397,7 +491,7 @@ impl Running {
         }
 
         // The new engine, with the kept filters' state.
-        let stats = self.carry_stats(&graph, &keep, &old_by_name);
+        let stats = self.carry_stats(&graph, keep, old_by_name);
         let mut engine = Engine::new(&graph.nodes, stats.clone());
         let mut ended_kept = Vec::new();
         for (i, k) in keep.iter().enumerate() {
@@ -413,10 +507,9 @@ impl Running {
             }
         }
 
-        let (mut predecessors, removed) = self.retire(&graph, &kept, &new_by_name, &mut engine);
+        let mut predecessors = self.retire(plan, &mut engine);
 
         // The new config's instances: kept ones move to their new node, new ones start.
-        let (mut added, mut rebuilt, mut same) = (0usize, 0usize, 0usize);
         let mut queues: Vec<Option<Arc<SignalQueue>>> = vec![None; graph.nodes.len()];
         let mut infos = Vec::with_capacity(graph.nodes.len());
         let mut inbound_of: HashMap<usize, usize> = HashMap::new();
@@ -436,13 +529,6 @@ impl Running {
             let finite = matches!(&node.kind, NodeKind::Source(s) if s.is_finite());
             has_endless |= matches!(kind, Kind::Inbound) || (kind == Kind::Source && !finite);
             has_inbound |= kind == Kind::Inbound;
-            if kind != Kind::Inbound {
-                match (keep[i], old_by_name.contains_key(node.name.as_str())) {
-                    (Some(_), _) => same += 1,
-                    (None, true) => rebuilt += 1,
-                    (None, false) => added += 1,
-                }
-            }
             let slot = match keep[i] {
                 Some(o) => {
                     let slot = self.nodes[o].slot;
@@ -499,7 +585,6 @@ impl Running {
             let pending = &mut self.pending;
             self.engine.end(i, now, &mut |o, s| pending.push((o, s)));
         }
-        format!("{same} kept, {rebuilt} rebuilt, {added} added, {removed} removed")
     }
 
     /// Which running node each node of `graph` is, when it keeps running: the same name,
@@ -575,28 +660,15 @@ impl Running {
     /// Stops what the new config does not keep: sources stop (what they still send goes
     /// where it went: to their replacement, or through `engine` to the consumers that
     /// remain), outputs close their queue and drain. Returns the tasks a rebuilt
-    /// component must wait for (by name) and how many components were removed.
-    fn retire(
-        &mut self,
-        graph: &Graph,
-        kept: &HashSet<usize>,
-        new_by_name: &HashMap<&str, usize>,
-        engine: &mut Engine,
-    ) -> (HashMap<String, Predecessor>, usize) {
+    /// component must wait for (by name).
+    fn retire(&mut self, plan: &ReloadPlan, engine: &mut Engine) -> HashMap<String, Predecessor> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut predecessors: HashMap<String, Predecessor> = HashMap::new();
-        let mut removed = 0usize;
         for (o, old) in self.nodes.iter().enumerate() {
-            if kept.contains(&o) {
+            if plan.kept.contains(&o) {
                 continue;
             }
-            let replacement = new_by_name
-                .get(old.name.as_str())
-                .copied()
-                .filter(|&n| Kind::of(&graph.nodes[n].kind) == old.kind);
-            if replacement.is_none() && old.kind != Kind::Inbound {
-                removed += 1;
-            }
+            let replacement = plan.replacement[o];
             let Some(slot) = old.slot else { continue };
             if matches!(old.kind, Kind::Source | Kind::Inbound) {
                 let s = &self.slots[slot];
@@ -611,7 +683,7 @@ impl Running {
                             .map(|port| {
                                 port.iter()
                                     .filter_map(|c| {
-                                        new_by_name.get(self.nodes[*c].name.as_str()).copied()
+                                        plan.new_by_name.get(&self.nodes[*c].name).copied()
                                     })
                                     .collect()
                             })
@@ -642,8 +714,7 @@ impl Running {
                 }
             }
         }
-
-        (predecessors, removed)
+        predecessors
     }
 
     /// Starts a new instance of node `i` (a source or an output with its inbound side);
