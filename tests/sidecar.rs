@@ -4,28 +4,14 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use patchbay_testkit::process::{free_port, http};
+use patchbay_testkit::process::{Daemon, free_port, http};
 use patchbay_testkit::scratch::ScratchDir;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
-
-/// A running `patchbay` that is stopped (SIGTERM) when dropped.
-struct Daemon {
-    child: Child,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-}
 
 /// Writes `text` to `name` in a fresh scratch directory; the guard must outlive the
 /// daemon reading the file.
@@ -46,7 +32,7 @@ fn start(args: &[&str], stdin: Stdio) -> Daemon {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("patchbay starts");
-    Daemon { child }
+    Daemon(child)
 }
 
 /// Waits (bounded) until the sidecar answers `/health`.
@@ -251,9 +237,7 @@ async fn token_is_required_and_tap_prints_signals() {
         .env("PATCHBAY_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    let _daemon = Daemon {
-        child: cmd.spawn().expect("starts"),
-    };
+    let _daemon = Daemon(cmd.spawn().expect("starts"));
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     tokio::task::spawn_blocking(move || wait_ready(addr))
         .await
@@ -409,7 +393,7 @@ async fn default_pipeline_serves_stdin_and_posts_on_7878() {
         "port 7878 is taken by another program: stop it to run this test"
     );
     let mut daemon = start(&[], Stdio::piped());
-    let mut stdin = daemon.child.stdin.take().unwrap();
+    let mut stdin = daemon.0.stdin.take().unwrap();
     stdin.write_all(b"{\"type\":\"from.stdin\"}\n").unwrap();
     drop(stdin);
     tokio::task::spawn_blocking(move || wait_ready(addr))
@@ -429,7 +413,7 @@ async fn default_pipeline_serves_stdin_and_posts_on_7878() {
     assert_eq!(status, 200);
     assert_eq!(next_json(&mut ws).await["type"], "posted");
     // The log on stdout (piped: NDJSON) has both.
-    let stdout = daemon.child.stdout.take().unwrap();
+    let stdout = daemon.0.stdout.take().unwrap();
     let lines = tokio::task::spawn_blocking(move || {
         BufReader::new(stdout)
             .lines()
@@ -515,7 +499,7 @@ async fn sigterm_lets_a_slow_client_take_everything_queued_then_closes_1001() {
     // SAFETY: signals the process this test started, by its pid.
     #[allow(unsafe_code)]
     unsafe {
-        libc::kill(daemon.child.id() as libc::pid_t, libc::SIGTERM);
+        libc::kill(daemon.0.id() as libc::pid_t, libc::SIGTERM);
     }
     let mut seqs = Vec::with_capacity(N as usize);
     let close = loop {
@@ -539,6 +523,6 @@ async fn sigterm_lets_a_slow_client_take_everything_queued_then_closes_1001() {
     );
     let close = close.expect("a close code");
     assert_eq!(u16::from(close.code), 1001, "{close:?}");
-    let status = tokio::task::block_in_place(|| daemon.child.wait()).expect("exit status");
+    let status = tokio::task::block_in_place(|| daemon.0.wait()).expect("exit status");
     assert!(status.success(), "{status:?}");
 }
