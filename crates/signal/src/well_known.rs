@@ -651,14 +651,25 @@ fn repair_text(
         _ => false,
     };
     let missing = fit.missing();
-    // Worded as `Invalid` words it (the type's names and descriptions need no escape).
     let reason = fit.fields.iter().enumerate().find_map(|(i, f)| {
-        if missing & (1 << i) != 0 && !filled(f.name) {
-            Some(["\"missing required field `", f.name, "`\""].concat())
+        let invalid = if missing & (1 << i) != 0 && !filled(f.name) {
+            Invalid::Missing(f.name)
+        } else if fit.wrong & (1 << i) != 0 {
+            Invalid::WrongType {
+                field: f.name,
+                expected: describe(f.kind),
+            }
         } else {
-            (fit.wrong & (1 << i) != 0)
-                .then(|| ["\"field `", f.name, "` must be ", describe(f.kind), "\""].concat())
-        }
+            return None;
+        };
+        // The type's field names and descriptions need no escape: the words are the JSON
+        // string's text as they are.
+        let words = invalid.words();
+        let mut text = String::with_capacity(2 + words.iter().map(|w| w.len()).sum::<usize>());
+        text.push('"');
+        words.iter().for_each(|w| text.push_str(w));
+        text.push('"');
+        Some(text)
     });
     let fills = [("taskId", &task), ("agentId", &agent)];
     let fill_len =
@@ -787,13 +798,11 @@ fn push_field(out: &mut String, first: &mut bool, key: &str, value: &str) {
 }
 
 /// Why a payload is not valid for its well-known type.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Invalid {
     /// A required field is missing.
-    #[error("missing required field `{0}`")]
     Missing(&'static str),
     /// A field has the wrong type or value.
-    #[error("field `{field}` must be {expected}")]
     WrongType {
         /// The field.
         field: &'static str,
@@ -801,9 +810,28 @@ pub enum Invalid {
         expected: &'static str,
     },
     /// A field the schema does not allow.
-    #[error("field `{0}` is not allowed")]
     Unknown(String),
 }
+
+impl Invalid {
+    /// The reason's words, in order: what `Display` writes, and what the repair on a
+    /// payload's text copies without formatting.
+    fn words(&self) -> [&str; 4] {
+        match self {
+            Invalid::Missing(name) => ["missing required field `", name, "`", ""],
+            Invalid::WrongType { field, expected } => ["field `", field, "` must be ", expected],
+            Invalid::Unknown(name) => ["field `", name, "` is not allowed", ""],
+        }
+    }
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.words().iter().try_for_each(|w| f.write_str(w))
+    }
+}
+
+impl std::error::Error for Invalid {}
 
 fn describe(kind: Kind) -> &'static str {
     match kind {
