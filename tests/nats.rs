@@ -10,35 +10,12 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use patchbay_testkit::nats_server::NatsServer;
-use patchbay_testkit::process::{free_port, http};
+use patchbay_testkit::process::{Daemon, free_port, http};
 use patchbay_testkit::scratch::ScratchDir;
-
-/// A child process killed when dropped (a failing test leaves nothing running).
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Running {
-    /// SIGTERM, then waits for the process to exit; returns whether it exited cleanly.
-    fn stop(&mut self) -> bool {
-        let pid = i32::try_from(self.0.id()).expect("a pid");
-        // SAFETY: sending a signal to our own child, which has not been reaped yet.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-        self.0.wait().is_ok_and(|s| s.success())
-    }
-}
 
 /// Waits until `done` holds, at most `limit` (a bound against hanging, not a timing
 /// assertion).
@@ -50,14 +27,14 @@ fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn patchbay(config: &Path, log: &Path) -> Running {
+fn patchbay(config: &Path, log: &Path) -> Daemon {
     patchbay_with(config, log, "info", &[])
 }
 
 /// `patchbay run CONFIG` with this log level and environment, its stderr to `log`.
-fn patchbay_with(config: &Path, log: &Path, level: &str, env: &[(&str, &str)]) -> Running {
+fn patchbay_with(config: &Path, log: &Path, level: &str, env: &[(&str, &str)]) -> Daemon {
     let log = std::fs::File::create(log).expect("a log file");
-    Running(
+    Daemon(
         Command::new(env!("CARGO_BIN_EXE_patchbay"))
             .args(["run", &config.display().to_string()])
             .env("PATCHBAY_LOG", level)
@@ -191,8 +168,8 @@ fn core_nats_between_two_processes_with_wildcard_subjects() {
     wait_until(Duration::from_secs(60), "every signal", || {
         lines(&everything).len() as u64 >= N && lines(&alerts).len() as u64 >= N / 5
     });
-    for s in &mut subscribers {
-        assert!(s.stop(), "a subscriber stops cleanly");
+    for s in subscribers {
+        assert!(s.terminate().success(), "a subscriber stops cleanly");
     }
     let (total, all) = numbers(&everything);
     assert_eq!(total as u64, N, "`>` gets each signal once");
@@ -216,7 +193,7 @@ fn a_queue_group_delivers_each_signal_to_exactly_one_member() {
     let dir = ScratchDir::new("nats-queue");
     let server = NatsServer::start(&[]);
     let outs = [dir.join("w1.jsonl"), dir.join("w2.jsonl")];
-    let mut workers: Vec<Running> = outs
+    let mut workers: Vec<Daemon> = outs
         .iter()
         .enumerate()
         .map(|(i, out)| {
@@ -244,8 +221,8 @@ fn a_queue_group_delivers_each_signal_to_exactly_one_member() {
         outs.iter().map(|o| lines(o).len() as u64).sum::<u64>() >= N
             && lines(&observed).len() as u64 >= N
     });
-    for w in &mut workers {
-        assert!(w.stop(), "a subscriber stops cleanly");
+    for w in workers {
+        assert!(w.terminate().success(), "a subscriber stops cleanly");
     }
     assert_eq!(numbers(&observed), (N as usize, (0..N).collect::<Vec<_>>()));
     let (n1, first) = numbers(&outs[0]);
@@ -294,12 +271,12 @@ password = "${NATS_TEST_SECRET}""#,
             subscriber_config(&server.url, "patchbay.>", auth, &out),
         )
         .unwrap();
-        let mut sub = patchbay_with(&config, &dir.join("sub.log"), "info", &env);
+        let sub = patchbay_with(&config, &dir.join("sub.log"), "info", &env);
         publish(&dir, &server, 1, N, auth, &env);
         wait_until(Duration::from_secs(60), "every signal", || {
             lines(&out).len() as u64 >= N
         });
-        assert!(sub.stop(), "the subscriber stops cleanly");
+        assert!(sub.terminate().success(), "the subscriber stops cleanly");
         assert_eq!(
             numbers(&out).1,
             (0..N).collect::<Vec<_>>(),
@@ -349,7 +326,7 @@ listen = "127.0.0.1:{http_port}"
     )
     .unwrap();
     let log = dir.join("wrong.log");
-    let mut daemon = patchbay_with(&config, &log, "debug", &[]);
+    let daemon = patchbay_with(&config, &log, "debug", &[]);
     let health = |path| {
         http(([127, 0, 0, 1], http_port).into(), "GET", path, &[], b"")
             .map(|(_, body)| body)
@@ -369,7 +346,10 @@ listen = "127.0.0.1:{http_port}"
     );
     let status = health("/health");
     let metrics = health("/metrics");
-    assert!(daemon.stop(), "the daemon still stops cleanly");
+    assert!(
+        daemon.terminate().success(),
+        "the daemon still stops cleanly"
+    );
     let logs = std::fs::read_to_string(&log).unwrap();
 
     let h: serde_json::Value = serde_json::from_str(&status).expect("/health is JSON");
@@ -504,19 +484,19 @@ path = "{}"
     )
     .unwrap();
 
-    let mut sub = patchbay(&subscriber, &dir.join("sub1.log"));
+    let sub = patchbay(&subscriber, &dir.join("sub1.log"));
     wait_until(Duration::from_secs(60), "the first signals", || {
         lines(&received).len() >= 50
     });
-    assert!(sub.stop(), "the subscriber stops cleanly");
+    assert!(sub.terminate().success(), "the subscriber stops cleanly");
     let before = lines(&received).len();
     assert!((before as u64) < N, "stopped mid-stream ({before} of {N})");
 
-    let mut sub = patchbay(&subscriber, &dir.join("sub2.log"));
+    let sub = patchbay(&subscriber, &dir.join("sub2.log"));
     wait_until(Duration::from_secs(60), "every signal", || {
         lines(&received).len() as u64 >= N
     });
-    assert!(sub.stop(), "the subscriber stops cleanly");
+    assert!(sub.terminate().success(), "the subscriber stops cleanly");
 
     let seen: Vec<u64> = lines(&received)
         .iter()
