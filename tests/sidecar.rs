@@ -429,6 +429,37 @@ async fn default_pipeline_serves_stdin_and_posts_on_7878() {
     .await
     .unwrap();
     assert_eq!(lines, ["from.stdin", "posted"]);
+
+    // Once every discovery source has probed, a healthy default daemon is `ok` whether or
+    // not the local services are there: one that is absent is `waiting`, not a fault.
+    let health = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, body) = http(addr, "GET", "/health", &[], b"").expect("health");
+            let health: Value = serde_json::from_str(&body).expect("JSON");
+            if health.get("starting").is_none() {
+                return health;
+            }
+            assert!(Instant::now() < deadline, "still starting: {health}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(health["serving"], true, "{health}");
+    assert_eq!(health["done"], json!(["stdin"]), "{health}");
+    let discovered = health["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .filter(|c| c["name"].as_str().is_some_and(|n| n.starts_with("local:")));
+    for source in discovered {
+        assert!(
+            source["state"] == "ok" || source["state"] == "waiting",
+            "{source}"
+        );
+    }
 }
 
 /// SIGTERM while a client has read nothing yet: it still gets every frame queued for it,

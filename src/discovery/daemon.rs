@@ -173,8 +173,9 @@ impl Source for DiscoveredSource {
                     cx.set_state(HealthState::Ok, Some(now.summary()));
                 } else {
                     let why = now.detail.clone().unwrap_or_else(|| "not found".into());
+                    // An absent service is what discovery reports, not a fault of patchbay's.
                     cx.set_state(
-                        HealthState::Recovering,
+                        HealthState::Waiting,
                         Some(format!("unavailable at {}: {why}", now.address)),
                     );
                 }

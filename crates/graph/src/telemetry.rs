@@ -16,6 +16,9 @@ pub enum HealthState {
     Starting,
     /// Working.
     Ok,
+    /// Working, and waiting for a service or device that has not appeared (a discovery
+    /// probe with nothing at its address, a MIDI port not plugged in): not a fault.
+    Waiting,
     /// Lost its peer or device, trying again.
     Recovering,
     /// Gave up (a wrong token, attempts exhausted); needs the user.
@@ -24,14 +27,22 @@ pub enum HealthState {
     Stopped,
 }
 
+impl HealthState {
+    /// Whether the component works: `ok`, or `waiting` for what it serves to appear.
+    pub fn is_working(self) -> bool {
+        matches!(self, HealthState::Ok | HealthState::Waiting)
+    }
+}
+
 /// The daemon as a whole, from its components' states: whether it serves, and which
-/// components are done, failed, recovering or starting. `/health`, `/metrics`, the status
+/// components are done, failed, recovering, starting or waiting. `/health`, `/metrics`, the status
 /// page and `patchbay tap` all say this one thing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Overall {
     /// The one word: see [`OverallStatus`].
     pub status: OverallStatus,
-    /// Whether at least one component is working (`ok`): the daemon serves, maybe in part.
+    /// Whether at least one component is working (`ok` or `waiting`): the daemon serves,
+    /// maybe in part.
     pub serving: bool,
     /// Components that finished (a finite source at its end): not a fault.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -45,13 +56,17 @@ pub struct Overall {
     /// Components not running yet.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub starting: Vec<String>,
+    /// Components that work and wait for a service or device to appear: not a fault.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<String>,
 }
 
 /// The overall status word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OverallStatus {
-    /// Every component still running works (those that finished are `done`).
+    /// Every component still running works (those that finished are `done`, those that
+    /// wait for a service or device to appear are `waiting`).
     Ok,
     /// Some components are still starting, none is failing.
     Starting,
@@ -97,7 +112,8 @@ impl Overall {
         };
         let (done, failed) = (names(HealthState::Stopped), names(HealthState::Failed));
         let (recovering, starting) = (names(HealthState::Recovering), names(HealthState::Starting));
-        let serving = components.iter().any(|c| c.state == HealthState::Ok);
+        let waiting = names(HealthState::Waiting);
+        let serving = components.iter().any(|c| c.state.is_working());
         let status = if !components.is_empty() && done.len() == components.len() {
             OverallStatus::Stopped
         } else if !failed.is_empty() || !recovering.is_empty() {
@@ -118,6 +134,7 @@ impl Overall {
             failed,
             recovering,
             starting,
+            waiting,
         }
     }
 
@@ -127,6 +144,7 @@ impl Overall {
             ("failed", &self.failed),
             ("recovering", &self.recovering),
             ("starting", &self.starting),
+            ("waiting", &self.waiting),
             ("done", &self.done),
         ];
         let parts: Vec<String> = lists
@@ -585,10 +603,10 @@ impl Telemetry {
         );
         let _ = writeln!(
             out,
-            "# HELP patchbay_up Component health: 1 when ok, 0 otherwise.\n# TYPE patchbay_up gauge"
+            "# HELP patchbay_up Component health: 1 when it works (ok, or waiting for a service or device to appear), 0 otherwise.\n# TYPE patchbay_up gauge"
         );
         for s in &snaps {
-            let up = u8::from(s.state == HealthState::Ok);
+            let up = u8::from(s.state.is_working());
             let _ = writeln!(out, "patchbay_up{{component=\"{}\"}} {up}", escape(&s.name));
         }
         let mut gauges: BTreeMap<&str, Vec<(&str, f64)>> = BTreeMap::new();
@@ -653,7 +671,7 @@ mod tests {
     fn each_mix_of_states_has_its_word() {
         use HealthState::*;
         type Case<'a> = (&'a [(&'a str, HealthState)], OverallStatus, bool);
-        let cases: [Case; 9] = [
+        let cases: [Case; 12] = [
             (&[], OverallStatus::Ok, false),
             (&[("a", Ok), ("b", Ok)], OverallStatus::Ok, true),
             (&[("a", Ok), ("b", Starting)], OverallStatus::Starting, true),
@@ -679,6 +697,13 @@ mod tests {
                 OverallStatus::Stopped,
                 false,
             ),
+            (&[("a", Ok), ("b", Waiting)], OverallStatus::Ok, true),
+            (&[("a", Waiting)], OverallStatus::Ok, true),
+            (
+                &[("a", Failed), ("b", Waiting)],
+                OverallStatus::Degraded,
+                true,
+            ),
         ];
         for (states, status, serving) in cases {
             let overall = graph(states);
@@ -690,6 +715,8 @@ mod tests {
         }
         let overall = graph(&[("bus", Failed), ("ui", Ok), ("replay", Stopped)]);
         assert_eq!(overall.summary(), "degraded (failed: bus; done: replay)");
+        let overall = graph(&[("ollama", Waiting), ("ui", Ok)]);
+        assert_eq!(overall.summary(), "ok (waiting: ollama)");
     }
 
     #[test]

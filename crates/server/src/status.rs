@@ -99,7 +99,7 @@ h2{font-size:.95em;margin:.2em 0 .6em;color:#57606a;text-transform:uppercase;let
 table{border-collapse:collapse;width:100%}td,th{padding:.25em .5em;border-bottom:1px solid #eaeef2;text-align:left;vertical-align:top}
 th{font-weight:600;color:#57606a;font-size:.9em}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .state{font-weight:600}.state.ok{color:var(--ok)}.state.failed{color:var(--failed)}.state.recovering{color:var(--recovering)}
-.state.starting,.state.stopped{color:var(--starting)}.state.degraded{color:var(--recovering)}.detail{color:#57606a;font-size:.9em;word-break:break-word}
+.state.starting,.state.stopped,.state.waiting{color:var(--starting)}.state.degraded{color:var(--recovering)}.detail{color:#57606a;font-size:.9em;word-break:break-word}
 #components{grid-column:1/2}#tailbox{grid-column:2/3;grid-row:1/3;display:flex;flex-direction:column;max-height:calc(100vh - 6em)}
 #tailbar{display:flex;gap:.5em;margin-bottom:.5em}#tailbar input{flex:1;font:inherit;padding:.2em .4em}
 #tail{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;overflow:auto;flex:1;margin:0;list-style:none;padding:0}
@@ -257,7 +257,7 @@ function connectStatus() {
     $("where").innerHTML = `<code>${esc(status.listen)}</code> · ${status.clients} client(s)`;
     $("seq").textContent = "seq " + status.seq;
     // The daemon as a whole, as /health says it: its word, and which components are not working.
-    const o = status.overall, lists = ["failed", "recovering", "starting", "done"]
+    const o = status.overall, lists = ["failed", "recovering", "starting", "waiting", "done"]
       .filter((k) => (o[k] || []).length).map((k) => `${k}: ${o[k].join(", ")}`);
     $("overall").textContent = o.status + (lists.length ? ` (${lists.join("; ")})` : "");
     $("overall").className = "state " + o.status;
