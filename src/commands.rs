@@ -20,9 +20,10 @@ pub const EXIT_CONFIG: u8 = 78;
 /// already running, a port is taken, a file is missing (sysexits' `EX_UNAVAILABLE`).
 pub const EXIT_UNAVAILABLE: u8 = 69;
 
-/// `patchbay run`'s options.
+/// Which daemon: its configs, `--listen` and instance name. `run` starts it; `reload`,
+/// given the same, finds it.
 #[derive(Debug, Default, clap::Args)]
-pub struct RunArgs {
+pub struct DaemonArgs {
     /// A config file, or a folder of `*.toml` files; repeat for more, merged into one
     /// graph. None: `PATCHBAY_CONFIG`, else `$XDG_CONFIG_HOME/patchbay/`, else the
     /// built-in default pipeline.
@@ -35,58 +36,57 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// The instance's name: a second daemon of one instance refuses to start (default:
-    /// derived from the configs).
+    /// derived from the configs and `--listen`).
     #[arg(long, value_name = "NAME")]
     instance: Option<String>,
+}
+
+impl DaemonArgs {
+    /// The configs this daemon runs.
+    fn choice(&self) -> ConfigChoice {
+        let given: Vec<PathBuf> = self.config.iter().chain(&self.configs).cloned().collect();
+        config_files::choose(
+            &given,
+            std::env::var_os("PATCHBAY_CONFIG"),
+            config_files::user_config_dir(),
+        )
+    }
+
+    /// The instance's name: `--instance`, else derived from the configs (as `choice`
+    /// gives them) and `--listen`.
+    fn instance(&self, choice: &ConfigChoice) -> String {
+        let configs: &[PathBuf] = match choice {
+            ConfigChoice::Paths(paths) => paths,
+            ConfigChoice::Default => &[],
+        };
+        self.instance
+            .clone()
+            .unwrap_or_else(|| instance::derived_name(configs, self.listen.as_deref()))
+    }
+}
+
+/// `patchbay run`'s options.
+#[derive(Debug, Default, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    daemon: DaemonArgs,
     /// Reload when a config file changes (polled twice a second; a change is applied once
     /// the files have stayed the same for one more poll).
     #[arg(long)]
     watch: bool,
 }
 
-/// `patchbay reload`'s options: which daemon (the same as its `run` was given).
+/// `patchbay reload`'s options: which daemon, given as its `run` was.
 #[derive(Debug, Default, clap::Args)]
 pub struct ReloadArgs {
-    /// The daemon's config files or folders, as given to `run`.
-    #[arg(short = 'c', long = "config", value_name = "PATH")]
-    config: Vec<PathBuf>,
-    /// The same as `-c`.
-    #[arg(value_name = "CONFIG")]
-    configs: Vec<PathBuf>,
-    /// The daemon's `--listen`, as given to `run`.
-    #[arg(long, value_name = "ADDR")]
-    listen: Option<String>,
-    /// The daemon's instance name, as given to `run`.
-    #[arg(long, value_name = "NAME")]
-    instance: Option<String>,
-}
-
-/// The instance a `run` or `reload` means: `--instance`, else derived from the configs
-/// (as `run` chooses them) and `--listen`.
-fn instance_of(instance: &Option<String>, choice: &ConfigChoice, listen: Option<&str>) -> String {
-    let configs: &[PathBuf] = match choice {
-        ConfigChoice::Paths(paths) => paths,
-        ConfigChoice::Default => &[],
-    };
-    instance
-        .clone()
-        .unwrap_or_else(|| instance::derived_name(configs, listen))
-}
-
-/// The configs a `run` or `reload` means.
-fn config_choice(config: &[PathBuf], configs: &[PathBuf]) -> ConfigChoice {
-    let given: Vec<PathBuf> = config.iter().chain(configs).cloned().collect();
-    config_files::choose(
-        &given,
-        std::env::var_os("PATCHBAY_CONFIG"),
-        config_files::user_config_dir(),
-    )
+    #[command(flatten)]
+    daemon: DaemonArgs,
 }
 
 /// `patchbay reload`: the running daemon reloads its config.
 pub fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
-    let choice = config_choice(&args.config, &args.configs);
-    let instance = instance_of(&args.instance, &choice, args.listen.as_deref());
+    let choice = args.daemon.choice();
+    let instance = args.daemon.instance(&choice);
     daemon::request_reload(&instance::lock_dir(), &instance)
 }
 
@@ -152,10 +152,10 @@ pub fn validate(configs: &[PathBuf]) -> anyhow::Result<ExitCode> {
 /// `patchbay run`: the daemon, until SIGINT or SIGTERM.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal;
-    let choice = config_choice(&args.config, &args.configs);
+    let choice = args.daemon.choice();
     let (files, source) = match &choice {
         ConfigChoice::Paths(paths) => {
-            if args.listen.is_some() {
+            if args.daemon.listen.is_some() {
                 eprintln!(
                     "patchbay: --listen moves the default pipeline's sidecar; with configs, set `listen` in them"
                 );
@@ -168,7 +168,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         ConfigChoice::Default => {
             let pipeline = DefaultPipeline {
-                listen: args.listen.clone(),
+                listen: args.daemon.listen.clone(),
                 stdin: !std::io::stdin().is_terminal(),
             };
             match pipeline.source_text() {
@@ -180,7 +180,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let Some(graph) = compile(&files) else {
         return Ok(ExitCode::from(EXIT_CONFIG));
     };
-    let instance = instance_of(&args.instance, &choice, args.listen.as_deref());
+    let instance = args.daemon.instance(&choice);
     let lock_dir = instance::lock_dir();
     let _lock = match InstanceLock::acquire(&lock_dir, &instance) {
         Ok(lock) => {

@@ -32,14 +32,7 @@ pub fn run(type_name: Option<&str>, format: Format) -> anyhow::Result<ExitCode> 
         match format {
             Format::Json => {
                 let list: Vec<Value> = all()
-                    .map(|(adapter, c)| {
-                        serde_json::json!({
-                            "type": c.name,
-                            "role": c.role.sections(),
-                            "adapter": adapter.name,
-                            "summary": c.summary,
-                        })
-                    })
+                    .map(|(adapter, c)| Value::Object(described(adapter, c)))
                     .collect();
                 emit(&format!("{}\n", serde_json::to_string_pretty(&list)?));
             }
@@ -62,13 +55,9 @@ pub fn run(type_name: Option<&str>, format: Format) -> anyhow::Result<ExitCode> 
             let list: Vec<Value> = matching
                 .iter()
                 .map(|(adapter, c)| {
-                    serde_json::json!({
-                        "type": c.name,
-                        "role": c.role.sections(),
-                        "adapter": adapter.name,
-                        "summary": c.summary,
-                        "options": (c.options)(),
-                    })
+                    let mut described = described(adapter, c);
+                    described.insert("options".into(), (c.options)().into());
+                    Value::Object(described)
                 })
                 .collect();
             emit(&format!("{}\n", serde_json::to_string_pretty(&list)?));
@@ -98,6 +87,16 @@ pub fn run(type_name: Option<&str>, format: Format) -> anyhow::Result<ExitCode> 
 fn emit(text: &str) {
     use std::io::Write;
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// A component type as `--json` lists it: its type, role, adapter and summary.
+fn described(adapter: &Adapter, c: &ComponentType) -> Map<String, Value> {
+    let mut described = Map::new();
+    described.insert("type".into(), c.name.into());
+    described.insert("role".into(), c.role.sections().into());
+    described.insert("adapter".into(), adapter.name.into());
+    described.insert("summary".into(), c.summary.into());
+    described
 }
 
 /// Every component type with its adapter, in the adapters' order.

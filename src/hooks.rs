@@ -479,6 +479,21 @@ fn status(project: Option<&Path>) -> anyhow::Result<ExitCode> {
 /// Everything `emit` does must end within this, whatever patchbay does.
 const EMIT_DEADLINE: Duration = Duration::from_millis(900);
 
+/// The hook's payload: standard input, at most 16 MiB, read on a blocking thread; `None`
+/// when it cannot be read.
+async fn read_stdin() -> Option<Vec<u8>> {
+    tokio::task::spawn_blocking(|| {
+        let mut body = Vec::new();
+        std::io::stdin()
+            .take(16 << 20)
+            .read_to_end(&mut body)
+            .map(|_| body)
+    })
+    .await
+    .ok()?
+    .ok()
+}
+
 /// Posts standard input to `url`; prints the answer when it is a decision (a non-empty
 /// JSON object). Exit 0 always: a hook must never fail because patchbay is away.
 fn emit(url: &str) -> ExitCode {
@@ -498,16 +513,7 @@ fn emit_inner(url: &str) {
     let token = std::env::var(TOKEN_VAR).ok().filter(|t| !t.is_empty());
     let answer = runtime.block_on(async {
         tokio::time::timeout(EMIT_DEADLINE, async {
-            let body = tokio::task::spawn_blocking(|| {
-                let mut body = Vec::new();
-                std::io::stdin()
-                    .take(16 << 20)
-                    .read_to_end(&mut body)
-                    .map(|_| body)
-            })
-            .await
-            .ok()?
-            .ok()?;
+            let body = read_stdin().await?;
             client::post_hook(url, body, token.as_deref(), EMIT_DEADLINE)
                 .await
                 .ok()
@@ -632,21 +638,10 @@ mod gemini {
             .ok()?;
         let token = std::env::var(TOKEN_VAR).ok().filter(|t| !t.is_empty());
         let answer = runtime.block_on(async {
-            let body = tokio::time::timeout(EMIT_DEADLINE, async {
-                tokio::task::spawn_blocking(|| {
-                    let mut body = Vec::new();
-                    std::io::stdin()
-                        .take(16 << 20)
-                        .read_to_end(&mut body)
-                        .map(|_| body)
-                })
+            let body = tokio::time::timeout(EMIT_DEADLINE, read_stdin())
                 .await
-                .ok()?
                 .ok()
-            })
-            .await
-            .ok()
-            .flatten()?;
+                .flatten()?;
             let held = serde_json::from_slice::<Value>(&body)
                 .ok()
                 .and_then(|v| {

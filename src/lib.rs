@@ -94,7 +94,8 @@ enum Command {
     /// Run the daemon on CONFIG files or directories (no CONFIG: the default pipeline).
     Run(commands::RunArgs),
     /// Make the running daemon reload its config (SIGHUP); says what changed, or why the
-    /// new config was refused (exit 78).
+    /// new config was refused (exit 78). The daemon is found by the configs, `--listen` and
+    /// `--instance` its `run` was given.
     Reload(commands::ReloadArgs),
     /// Check configs; exit 1 with FILE:LINE:COL messages.
     Validate {
