@@ -11,7 +11,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -793,16 +794,38 @@ struct TokenQuery {
     token: Option<String>,
 }
 
+/// The token a request carries in `?token=` (none in a query that does not parse).
+struct QueryToken(Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryToken {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let query = Query::<TokenQuery>::try_from_uri(&parts.uri);
+        Ok(QueryToken(query.ok().and_then(|Query(q)| q.token)))
+    }
+}
+
+/// A request that carries the token (in `Authorization: Bearer` or `?token=`), or any
+/// request when none is configured; else it is refused with 401 and counted.
+struct Authorized;
+
+impl FromRequestParts<Shared> for Authorized {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, Response> {
+        let Ok(QueryToken(token)) = QueryToken::from_request_parts(parts, state).await;
+        authorize(state, &parts.headers, token.as_deref())
+            .map(|()| Authorized)
+            .map_err(IntoResponse::into_response)
+    }
+}
+
 async fn post_signal(
     State(state): State<Shared>,
-    headers: HeaderMap,
-    query: Result<Query<TokenQuery>, QueryRejection>,
+    _: Authorized,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let token = query.ok().and_then(|Query(q)| q.token);
-    if let Err(r) = authorize(&state, &headers, token.as_deref()) {
-        return r.into_response();
-    }
     let body = match body {
         Ok(b) => b,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -877,9 +900,8 @@ fn retry_after(settings: &Settings) -> HeaderValue {
 async fn health(
     State(state): State<Shared>,
     headers: HeaderMap,
-    query: Result<Query<TokenQuery>, QueryRejection>,
+    QueryToken(token): QueryToken,
 ) -> Response {
-    let token = query.ok().and_then(|Query(q)| q.token);
     let components = state.telemetry.snapshot();
     let overall = patchbay_graph::Overall::of(&components);
     if !has_token(&state, &headers, token.as_deref()) {
@@ -904,15 +926,7 @@ async fn health(
     axum::Json(body).into_response()
 }
 
-async fn metrics(
-    State(state): State<Shared>,
-    headers: HeaderMap,
-    query: Result<Query<TokenQuery>, QueryRejection>,
-) -> Response {
-    let token = query.ok().and_then(|Query(q)| q.token);
-    if let Err(r) = authorize(&state, &headers, token.as_deref()) {
-        return r.into_response();
-    }
+async fn metrics(State(state): State<Shared>, _: Authorized) -> Response {
     let mut text = state.telemetry.prometheus();
     text.push_str(&crate::violations::prometheus(&state.telemetry));
     (
@@ -925,15 +939,7 @@ async fn metrics(
         .into_response()
 }
 
-async fn status_page(
-    State(state): State<Shared>,
-    headers: HeaderMap,
-    query: Result<Query<TokenQuery>, QueryRejection>,
-) -> Response {
-    let token = query.ok().and_then(|Query(q)| q.token);
-    if let Err(r) = authorize(&state, &headers, token.as_deref()) {
-        return r.into_response();
-    }
+async fn status_page(State(state): State<Shared>, _: Authorized) -> Response {
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
         crate::status::page(&state.name),
@@ -941,14 +947,6 @@ async fn status_page(
         .into_response()
 }
 
-async fn status_stream(
-    State(state): State<Shared>,
-    headers: HeaderMap,
-    query: Result<Query<TokenQuery>, QueryRejection>,
-) -> Response {
-    let token = query.ok().and_then(|Query(q)| q.token);
-    if let Err(r) = authorize(&state, &headers, token.as_deref()) {
-        return r.into_response();
-    }
+async fn status_stream(State(state): State<Shared>, _: Authorized) -> Response {
     crate::status::stream(state)
 }
