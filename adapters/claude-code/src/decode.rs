@@ -1,6 +1,6 @@
 //! Hook payloads to signals: the pure part (no I/O).
 
-use patchbay_hooks::payload::{Agents, Hook};
+use patchbay_hooks::payload::{self, Agents, Hook};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, ErrorPayload, Payload, Severity, TaskDispatch, TextDelta,
@@ -54,15 +54,8 @@ impl HookDecoder {
     /// Decodes one hook body (bytes as received); a body that is not a JSON object with a
     /// `hook_event_name` gives one bad-input `error` signal.
     pub fn decode_bytes(&mut self, body: &[u8], out: &mut Vec<Decoded>) {
-        let text = String::from_utf8_lossy(body);
-        match serde_json::from_str::<Value>(text.trim()) {
-            Ok(value) => self.decode(&value, out),
-            Err(e) => out.push(Decoded::BadInput(bad_input_signal(
-                &self.source,
-                now_ms(),
-                &text,
-                &format!("claude_code: the hook body is not JSON: {e}"),
-            ))),
+        if let Some(value) = payload::read_body(body, "claude_code", &self.source, out) {
+            self.decode(&value, out);
         }
     }
 
@@ -82,31 +75,19 @@ impl HookDecoder {
         match event {
             "PreToolUse" => {
                 signals.push(self.tool_call(&h));
-                self.change(
-                    &h,
-                    AgentState::Acting,
-                    format!("running {}", h.tool()),
-                    &mut signals,
-                );
+                let reason = format!("running {}", h.tool());
+                signals.push(self.change(&h, AgentState::Acting, reason));
             }
             "PostToolUse" | "PostToolUseFailure" => {
                 signals.push(self.tool_result(&h, event == "PostToolUse"));
-                self.change(
-                    &h,
-                    AgentState::Thinking,
-                    format!("{} returned", h.tool()),
-                    &mut signals,
-                );
+                let reason = format!("{} returned", h.tool());
+                signals.push(self.change(&h, AgentState::Thinking, reason));
             }
             "PostToolBatch" => signals.push(self.details(&h, "claude_code.tool_batch")),
             "UserPromptSubmit" => {
                 signals.push(self.dispatch(&h));
-                self.change(
-                    &h,
-                    AgentState::Thinking,
-                    "prompt submitted".into(),
-                    &mut signals,
-                );
+                let reason = "prompt submitted".into();
+                signals.push(self.change(&h, AgentState::Thinking, reason));
             }
             "UserPromptExpansion" => {
                 signals.push(self.details(&h, "claude_code.user_prompt_expansion"));
@@ -116,7 +97,7 @@ impl HookDecoder {
                 let lifecycle = lifecycle(&h);
                 signals.push(self.details(&h, &event_type(event)));
                 if let Some((state, reason)) = lifecycle {
-                    self.change(&h, state, reason, &mut signals);
+                    signals.push(self.change(&h, state, reason));
                 }
                 if event == "StopFailure" {
                     signals.push(self.error(&h));
@@ -139,30 +120,19 @@ impl HookDecoder {
     /// An `agent_state_change` of the hook's agent to `to`, for the gate (`waiting` while
     /// a call is held, and back).
     pub fn state_change(&mut self, hook: &Value, to: AgentState, reason: String) -> Signal {
-        let event = hook
-            .get("hook_event_name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let h = Hook::new(hook, event);
-        let mut out = Vec::new();
-        self.change(&h, to, reason, &mut out);
-        out.pop()
-            .unwrap_or_else(|| self.envelope(&h, "agent_state_change", Object::new()))
+        self.change(&Hook::of(hook), to, reason)
     }
 
     /// A signal from this decoder's source with the hook's envelope (correlation id and
     /// metadata): what the gate's own signals use.
     pub fn signal_for(&self, hook: &Value, kind: &str, payload: Object) -> Signal {
-        let event = hook
-            .get("hook_event_name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        self.envelope(&Hook::new(hook, event), kind, payload)
+        self.envelope(&Hook::of(hook), kind, payload)
     }
 
-    fn change(&mut self, h: &Hook<'_>, to: AgentState, reason: String, out: &mut Vec<Signal>) {
+    /// The `agent_state_change` of the hook's agent to `to`, from its last state.
+    fn change(&mut self, h: &Hook<'_>, to: AgentState, reason: String) -> Signal {
         let payload = self.agents.change(h.agent_id(), to, reason);
-        out.push(self.envelope(h, AgentStateChange::KIND, payload));
+        self.envelope(h, AgentStateChange::KIND, payload)
     }
 
     fn tool_call(&self, h: &Hook<'_>) -> Signal {
@@ -276,17 +246,7 @@ impl HookDecoder {
 
     /// `claude_code.<event>` with the hook's own fields (the shared ones in metadata).
     fn details(&self, h: &Hook<'_>, kind: &str) -> Signal {
-        let payload = h
-            .value
-            .as_object()
-            .map(|o| {
-                o.iter()
-                    .filter(|(k, _)| !COMMON.contains(&k.as_str()))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        self.envelope(h, kind, payload)
+        self.envelope(h, kind, h.fields_except(&COMMON))
     }
 
     /// The envelope: correlation id (the tool call for tool events, else the turn, else
@@ -357,20 +317,7 @@ fn lifecycle(h: &Hook<'_>) -> Option<(AgentState, String)> {
 /// `claude_code.<event>` with the event name in snake case (`InstructionsLoaded` →
 /// `claude_code.instructions_loaded`).
 pub fn event_type(event: &str) -> String {
-    let mut name = String::from("claude_code.");
-    for (i, c) in event.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                name.push('_');
-            }
-            name.push(c.to_ascii_lowercase());
-        } else if c.is_ascii_alphanumeric() {
-            name.push(c);
-        } else {
-            name.push('_');
-        }
-    }
-    name
+    format!("claude_code.{}", payload::snake_case(event))
 }
 
 /// Long strings of a tool's output object cut to [`TEXT_KEEP`].

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use patchbay_graph::approvals;
+use patchbay_hooks::payload::event_of;
 use patchbay_hooks::{Call, EndpointDefaults, EndpointOptions, HookAgent};
 use patchbay_signal::Signal;
 use patchbay_signal::normalize::Decoded;
@@ -31,12 +32,6 @@ pub struct Claude {
     decoder: HookDecoder,
     transcripts: TranscriptReader,
     decided: Decided,
-}
-
-fn event_of(hook: &Value) -> &str {
-    hook.get("hook_event_name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
 }
 
 impl EndpointDefaults for Claude {

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use patchbay_signal::decode::{FrameDecoder, FrameLines};
+use patchbay_signal::decode::{DEFAULT_MAX_LINE, FrameDecoder, FrameLines, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TextDelta, Thinking,
@@ -484,6 +484,28 @@ impl CodeliaDecoder {
     pub(crate) fn bad(&self, raw: &str, message: &str) -> Decoded {
         let signal = bad_input_signal(&self.source, self.last_timestamp, raw, message);
         Decoded::BadInput(signal)
+    }
+}
+
+/// The text of one line from the runtime (`Err`: a line cut at the limit), trimmed;
+/// `None` for a blank line, and for a cut one, whose bad-input `error` signal from
+/// `source` goes to `out`.
+pub(crate) fn line_text<'a>(
+    line: Result<&'a str, &'a str>,
+    source: &str,
+    out: &mut Vec<Decoded>,
+) -> Option<&'a str> {
+    match line {
+        Ok(text) => Some(text.trim()).filter(|text| !text.is_empty()),
+        Err(cut) => {
+            out.push(Decoded::BadInput(bad_input_signal(
+                source,
+                now_ms(),
+                cut,
+                &line_too_long(DEFAULT_MAX_LINE),
+            )));
+            None
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use patchbay_graph::{
     BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
     Source, SourceContext,
 };
-use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, line_too_long};
+use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::now_ms;
 use patchbay_transport::child::{
@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
 use crate::client::UiClient;
+use crate::decode::line_text;
 
 /// `[outputs.NAME]` (two-way) or `[sources.NAME]` (listen only) with `type = "codelia"`:
 /// a Codelia runtime patchbay starts and talks to as its UI.
@@ -181,21 +182,9 @@ fn decode_line(
     side: &LinkEnds<'_>,
     out: &mut Vec<Decoded>,
 ) {
-    let text = match line {
-        Ok(text) => text.trim(),
-        Err(cut) => {
-            out.push(Decoded::BadInput(bad_input_signal(
-                source,
-                now_ms(),
-                cut,
-                &line_too_long(DEFAULT_MAX_LINE),
-            )));
-            return;
-        }
-    };
-    if text.is_empty() {
+    let Some(text) = line_text(line, source, out) else {
         return;
-    }
+    };
     match serde_json::from_str::<Value>(text) {
         Ok(msg) => {
             if msg.get("method").is_none() && init_id.is_some_and(|id| msg.get("id") == Some(id)) {

@@ -5,16 +5,15 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::time::Duration;
 
-use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, line_too_long};
-use patchbay_signal::normalize::{Decoded, bad_input_signal};
-use patchbay_signal::now_ms;
+use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter};
+use patchbay_signal::normalize::Decoded;
 use patchbay_transport::publish::{Publisher, exit_code};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-use crate::decode::{CodeliaDecoder, id_key};
+use crate::decode::{CodeliaDecoder, id_key, line_text};
 use patchbay_signal::decode::FrameDecoder as _;
 
 pub use patchbay_transport::publish::DEFAULT_PUBLISH_URL;
@@ -86,21 +85,9 @@ fn runtime_line(
     line: Result<&str, &str>,
     out: &mut Vec<Decoded>,
 ) {
-    let text = match line {
-        Ok(text) => text.trim(),
-        Err(cut) => {
-            out.push(Decoded::BadInput(bad_input_signal(
-                decoder.source(),
-                now_ms(),
-                cut,
-                &line_too_long(DEFAULT_MAX_LINE),
-            )));
-            return;
-        }
-    };
-    if text.is_empty() {
+    let Some(text) = line_text(line, decoder.source(), out) else {
         return;
-    }
+    };
     let msg = match serde_json::from_str::<Value>(text) {
         Ok(msg) => msg,
         Err(_) => return decoder.decode_text(text, out),

@@ -657,18 +657,14 @@ impl CodexDecoder {
         };
         let (tool_name, input, used) = tool_input(item);
         self.remember_call(&ctx.thread, &call_id, input.clone());
-        let mut signal = ToolCall {
+        let signal = ToolCall {
             tool_name,
             agent_id: ctx.agent.clone(),
             call_id: Some(call_id),
             input: Some(input),
         }
         .into_signal(&self.source);
-        let rest = rest_of(item, &used);
-        if !rest.is_empty() {
-            signal = signal.with_meta("codex", Value::Object(rest));
-        }
-        out.push(self.finish(ctx, signal));
+        out.push(self.finish(ctx, with_rest(signal, item, &used)));
         true
     }
 
@@ -738,7 +734,7 @@ impl CodexDecoder {
         if status == "declined" {
             output.insert("declined".into(), Value::Bool(true));
         }
-        let mut signal = ToolResult {
+        let signal = ToolResult {
             tool_name,
             agent_id: ctx.agent.clone(),
             call_id: Some(call_id),
@@ -746,11 +742,7 @@ impl CodexDecoder {
             output: Some(output),
         }
         .into_signal(&self.source);
-        let rest = rest_of(item, &used);
-        if !rest.is_empty() {
-            signal = signal.with_meta("codex", Value::Object(rest));
-        }
-        out.push(self.finish(ctx, signal));
+        out.push(self.finish(ctx, with_rest(signal, item, &used)));
         true
     }
 
@@ -960,62 +952,55 @@ impl CodexDecoder {
             return false;
         };
         let completed = kind == "item.completed";
-        match item.get("type").and_then(Value::as_str) {
+        let signal = match item.get("type").and_then(Value::as_str) {
             Some("command_execution" | "file_change" | "mcp_tool_call") => {
-                if completed {
+                return if completed {
                     self.tool_result(ctx, item, true, out)
                 } else if kind == "item.started" {
                     self.tool_call(ctx, item, out)
                 } else {
                     false
-                }
+                };
             }
             Some("agent_message") if completed => {
                 let Some(text) = item.get("text").and_then(Value::as_str) else {
                     return false;
                 };
                 self.thread_mut(&ctx.thread).last_message = Some(text.to_owned());
-                let signal = TextDelta {
+                TextDelta {
                     agent_id: ctx.agent.clone(),
                     content: text.to_owned(),
                     content_type: None,
                     index: None,
                 }
-                .into_signal(&self.source);
-                let signal = with_item_id(signal, item);
-                out.push(self.finish(ctx, signal));
-                true
+                .into_signal(&self.source)
             }
             Some("reasoning") if completed => {
                 let Some(text) = item.get("text").and_then(Value::as_str) else {
                     return false;
                 };
-                let signal = Thinking {
+                Thinking {
                     agent_id: ctx.agent.clone(),
                     content: text.to_owned(),
                 }
-                .into_signal(&self.source);
-                let signal = with_item_id(signal, item);
-                out.push(self.finish(ctx, signal));
-                true
+                .into_signal(&self.source)
             }
             Some("error") if completed => {
                 let Some(message) = item.get("message").and_then(Value::as_str) else {
                     return false;
                 };
-                let signal = ErrorPayload {
+                ErrorPayload {
                     agent_id: Some(ctx.agent.clone()),
                     code: Some("warning".into()),
                     message: message.to_owned(),
                     severity: Severity::Warning,
                 }
-                .into_signal(&self.source);
-                let signal = with_item_id(signal, item);
-                out.push(self.finish(ctx, signal));
-                true
+                .into_signal(&self.source)
             }
-            _ => false,
-        }
+            _ => return false,
+        };
+        out.push(self.finish(ctx, with_item_id(signal, item)));
+        true
     }
 
     fn exec_usage(&mut self, ctx: &Ctx, usage: &Object) -> Signal {
@@ -1373,6 +1358,17 @@ fn user_text(content: Option<&Value>) -> String {
         .filter_map(|p| p.get("text").and_then(Value::as_str))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// `signal` with the fields of a tool `item` its payload did not take (`used`) under
+/// `metadata.codex`, when there are any.
+fn with_rest(signal: Signal, item: &Object, used: &[&str]) -> Signal {
+    let rest = rest_of(item, used);
+    if rest.is_empty() {
+        signal
+    } else {
+        signal.with_meta("codex", Value::Object(rest))
+    }
 }
 
 fn with_item_id(signal: Signal, item: &Object) -> Signal {

@@ -1,7 +1,7 @@
 //! Hook payloads (the JSON a Gemini CLI command hook reads on stdin) to signals: the pure
 //! part (no I/O). See the crate docs for the mapping.
 
-use patchbay_hooks::payload::{Agents, Hook};
+use patchbay_hooks::payload::{self, Agents, Hook, snake_case};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, Payload, TaskDispatch, TextDelta, TokenUsage,
@@ -10,9 +10,7 @@ use patchbay_signal::well_known::{
 use patchbay_signal::{Object, Signal, SmallString, is_informative, now_ms, truncate, well_known};
 use serde_json::Value;
 
-use crate::fields::{
-    TEXT_KEEP, canonical, fnv1a, snake_case, timestamp_of, truncate_object, truncate_strings,
-};
+use crate::fields::{TEXT_KEEP, canonical, fnv1a, timestamp_of, truncate_object, truncate_strings};
 
 /// The prefix of the signal types of Gemini CLI's own events (`gemini_cli.session_start`).
 pub const TYPE_PREFIX: &str = "gemini_cli.";
@@ -59,10 +57,8 @@ impl HookDecoder {
     /// counted bad-input `error` signal (as does a JSON body that is not a hook payload,
     /// see [`decode`](Self::decode)).
     pub fn decode_bytes(&mut self, body: &[u8], out: &mut Vec<Decoded>) {
-        let text = String::from_utf8_lossy(body);
-        match serde_json::from_str::<Value>(text.trim()) {
-            Ok(value) => self.decode(&value, out),
-            Err(e) => out.push(self.bad(&text, &format!("the hook body is not JSON: {e}"))),
+        if let Some(value) = payload::read_body(body, "gemini_cli", &self.source, out) {
+            self.decode(&value, out);
         }
     }
 
@@ -86,63 +82,45 @@ impl HookDecoder {
             "SessionStart" => {
                 signals.push(self.details(&h, h.rest()));
                 let reason = h.reason("session started", "source");
-                self.change(&h, AgentState::Idle, reason, &mut signals);
+                signals.push(self.change(&h, AgentState::Idle, reason));
             }
             "BeforeAgent" => {
                 signals.push(self.dispatch(&h));
-                self.change(
-                    &h,
-                    AgentState::Thinking,
-                    "prompt submitted".into(),
-                    &mut signals,
-                );
+                signals.push(self.change(&h, AgentState::Thinking, "prompt submitted".into()));
             }
             "BeforeModel" | "BeforeToolSelection" => {
                 signals.push(self.details(&h, model_request(&h)));
                 // Back to thinking after a call that never returned (blocked by a hook)
                 // or a notification: the agent is calling the model.
                 if !matches!(self.state_of(&h.agent_id()), AgentState::Thinking) {
-                    self.change(
-                        &h,
-                        AgentState::Thinking,
-                        "calling the model".into(),
-                        &mut signals,
-                    );
+                    signals.push(self.change(&h, AgentState::Thinking, "calling the model".into()));
                 }
             }
             "AfterModel" => self.after_model(&h, &mut signals),
             "BeforeTool" => {
                 signals.push(self.tool_call(&h));
-                self.change(
-                    &h,
-                    AgentState::Acting,
-                    format!("running {}", h.tool()),
-                    &mut signals,
-                );
+                let reason = format!("running {}", h.tool());
+                signals.push(self.change(&h, AgentState::Acting, reason));
             }
             "AfterTool" => {
                 signals.push(self.tool_result(&h));
-                self.change(
-                    &h,
-                    AgentState::Thinking,
-                    format!("{} returned", h.tool()),
-                    &mut signals,
-                );
+                let reason = format!("{} returned", h.tool());
+                signals.push(self.change(&h, AgentState::Thinking, reason));
             }
             "AfterAgent" => {
                 signals.push(self.completion(&h));
-                self.change(&h, AgentState::Idle, "turn finished".into(), &mut signals);
+                signals.push(self.change(&h, AgentState::Idle, "turn finished".into()));
                 *self.agents.get_mut(&h.agent_id()) = None;
             }
             "Notification" => {
                 signals.push(self.details(&h, h.rest()));
                 let reason = h.reason("notification", "message");
-                self.change(&h, AgentState::Waiting, reason, &mut signals);
+                signals.push(self.change(&h, AgentState::Waiting, reason));
             }
             "SessionEnd" => {
                 signals.push(self.details(&h, h.rest()));
                 let reason = h.reason("session ended", "reason");
-                self.change(&h, AgentState::Done, reason, &mut signals);
+                signals.push(self.change(&h, AgentState::Done, reason));
             }
             // PreCompress and any event this version does not know: its own fields.
             _ => signals.push(self.details(&h, h.rest())),
@@ -163,22 +141,19 @@ impl HookDecoder {
     /// An `agent_state_change` of the hook's agent to `to`, for the gate (`waiting` while
     /// a call is held, and back).
     pub fn state_change(&mut self, hook: &Value, to: AgentState, reason: String) -> Signal {
-        let h = Hook::new(hook, event_of(hook));
-        let mut out = Vec::new();
-        self.change(&h, to, reason, &mut out);
-        out.pop()
-            .unwrap_or_else(|| self.envelope(&h, AgentStateChange::KIND, Object::new()))
+        self.change(&Hook::of(hook), to, reason)
     }
 
     /// A signal of type `kind` from this decoder's source with the hook's envelope
     /// (timestamp, correlation id, metadata): what the gate's own signals use.
     pub fn signal_for(&self, hook: &Value, kind: &str, payload: Object) -> Signal {
-        self.envelope(&Hook::new(hook, event_of(hook)), kind, payload)
+        self.envelope(&Hook::of(hook), kind, payload)
     }
 
-    fn change(&mut self, h: &Hook<'_>, to: AgentState, reason: String, out: &mut Vec<Signal>) {
+    /// The `agent_state_change` of the hook's agent to `to`, from its last state.
+    fn change(&mut self, h: &Hook<'_>, to: AgentState, reason: String) -> Signal {
         let payload = self.agents.change(h.agent_id(), to, reason);
-        out.push(self.envelope(h, AgentStateChange::KIND, payload));
+        self.envelope(h, AgentStateChange::KIND, payload)
     }
 
     fn dispatch(&mut self, h: &Hook<'_>) -> Signal {
@@ -458,12 +433,6 @@ pub fn agent_of(hook: &Value) -> String {
     Hook::new(hook, "").agent_id()
 }
 
-fn event_of(hook: &Value) -> &str {
-    hook.get("hook_event_name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
 /// Gemini CLI's reading of a hook payload.
 trait GeminiHook {
     /// The model of the request (`llm_request.model`).
@@ -486,15 +455,7 @@ impl GeminiHook for Hook<'_> {
     }
 
     fn rest(&self) -> Object {
-        self.value
-            .as_object()
-            .map(|o| {
-                o.iter()
-                    .filter(|(k, _)| !COMMON.contains(&k.as_str()))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.fields_except(&COMMON)
     }
 
     fn reason(&self, default: &str, key: &str) -> String {

@@ -1,5 +1,6 @@
 //! How hook and stream fields become signal fields, for both decoders: payload times,
-//! kept text, key and event names, and the call ids derived from a call's content.
+//! kept text, key names, and the call ids derived from a call's content (event names in
+//! snake case are every hook agent's: `patchbay_hooks::payload::snake_case`).
 
 use patchbay_signal::{Object, truncate};
 use serde_json::Value;
@@ -49,25 +50,6 @@ pub(crate) fn camel_case(key: &str) -> String {
     out
 }
 
-/// `BeforeToolSelection` → `before_tool_selection`, `tool_use` as it is; anything but
-/// ASCII letters and digits becomes `_`.
-pub(crate) fn snake_case(event: &str) -> String {
-    let mut name = String::with_capacity(event.len() + 4);
-    for (i, c) in event.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 && !name.ends_with('_') {
-                name.push('_');
-            }
-            name.push(c.to_ascii_lowercase());
-        } else if c.is_ascii_alphanumeric() {
-            name.push(c);
-        } else {
-            name.push('_');
-        }
-    }
-    name
-}
-
 /// A JSON value written with its object keys sorted, so that two payloads that differ
 /// only in key order give the same text.
 pub(crate) fn canonical(value: &Value, out: &mut String) {
@@ -114,9 +96,6 @@ mod tests {
 
     #[test]
     fn names_and_canonical_text() {
-        assert_eq!(snake_case("BeforeToolSelection"), "before_tool_selection");
-        assert_eq!(snake_case("tool_use"), "tool_use");
-        assert_eq!(snake_case("Odd Name!"), "odd_name_");
         assert_eq!(camel_case("duration_ms"), "durationMs");
         let (mut a, mut b) = (String::new(), String::new());
         canonical(&json!({"b": [1, {"d": 2, "c": 3}], "a": "x"}), &mut a);

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use patchbay_hooks::payload::snake_case;
 use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, StreamDecoder, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
@@ -14,7 +15,7 @@ use patchbay_signal::{Object, Signal, is_informative, now_ms, truncate, well_kno
 use serde_json::Value;
 
 use crate::decode::{HookDecoder, TYPE_PREFIX};
-use crate::fields::{TEXT_KEEP, camel_case, snake_case, timestamp_of, truncate_strings};
+use crate::fields::{TEXT_KEEP, camel_case, timestamp_of, truncate_strings};
 
 /// How many tool calls (used, no result yet) are remembered, to name the tool of a
 /// `tool_result` (which carries only the `tool_id`).

@@ -5,6 +5,7 @@
 //! `patchbay hooks emit --agent gemini --url URL`, which posts the event's JSON here and
 //! prints the answer.
 
+use patchbay_hooks::payload::event_of;
 use patchbay_hooks::{Call, EndpointDefaults, EndpointOptions, HookAgent};
 use patchbay_signal::Signal;
 use patchbay_signal::normalize::Decoded;
@@ -55,7 +56,7 @@ impl HookAgent for Gemini {
 
     /// `BeforeTool`; the `promptId` is the call's `callId` ([`gate::prompt_id`]).
     fn call(&mut self, hook: &Value) -> Option<Call> {
-        if hook.get("hook_event_name").and_then(Value::as_str) != Some("BeforeTool") {
+        if event_of(hook) != "BeforeTool" {
             return None;
         }
         Some(Call::of(hook, gate::prompt_id(hook)))

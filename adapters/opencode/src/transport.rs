@@ -23,7 +23,7 @@ use patchbay_graph::{
 };
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{SharedSignal, control};
-use patchbay_sse::SseParser;
+use patchbay_sse::{SseParser, http};
 use patchbay_transport::{
     Defaults, Driver, Ended, Headers, Link, RedactedUrl, Scheme, TransportConfig, TransportOptions,
     client_builder_with, describe_http_error, parse_options,
@@ -368,10 +368,7 @@ impl Link for OpenCodeLink {
     async fn connect(&mut self, _ends: &LinkEnds<'_>) -> Result<reqwest::Response, Ended> {
         let api = self.api()?;
         let shown = RedactedUrl(self.config.transport.url()).to_string();
-        let response = api
-            .builder(&client::events())
-            .header("accept", "text/event-stream")
-            .header("cache-control", "no-cache")
+        let response = http::event_stream(api.builder(&client::events()))
             .send()
             .await
             .map_err(|e| Ended::Lost(describe_http_error(&e)))?;
@@ -394,13 +391,7 @@ impl Link for OpenCodeLink {
                 )));
             }
         }
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        if !content_type.starts_with("text/event-stream") {
+        if let Some(content_type) = http::not_event_stream(&response) {
             return Err(Ended::Lost(format!(
                 "{shown} answered `{content_type}` to GET /event, not text/event-stream: is it opencode serve?"
             )));

@@ -58,7 +58,7 @@ use patchbay_signal::well_known::{self, AgentState};
 use patchbay_signal::{Object, Signal, SmallString, now_ms, take_str};
 use serde_json::Value;
 
-use crate::envelope::{command_result_signal, str_field};
+use crate::envelope::{command_result_signal, error_of, str_field};
 use crate::realtime::RealtimeResume;
 
 /// Longest line (or frame) accepted, in bytes; longer lines are reported as bad input.
@@ -119,6 +119,21 @@ impl Runs {
 struct Frame {
     ts: i64,
     meta: Object,
+}
+
+/// What the signals of one run stream event share: the run (`None`: the console's run,
+/// kept under the empty key) and the frame.
+#[derive(Debug, Clone)]
+struct RunEvent {
+    run: Option<String>,
+    frame: Frame,
+}
+
+impl RunEvent {
+    /// The run's key in [`Runs`].
+    fn key(&self) -> &str {
+        self.run.as_deref().unwrap_or_default()
+    }
 }
 
 /// Decoder for Palyra's console run stream and realtime frames (see the module docs).
@@ -416,22 +431,9 @@ impl PalyraDecoder {
                 let mut meta = extra;
                 let (message, code) = match payload {
                     Value::Object(mut body) => {
-                        let (message, code) = match body.remove("error") {
-                            Some(Value::Object(err)) => {
-                                let message = str_field(&err, "message")
-                                    .unwrap_or_else(|| "realtime error".to_owned());
-                                let code = str_field(&err, "code");
-                                for (k, v) in err {
-                                    if k != "message" && k != "code" {
-                                        meta.insert(k, v);
-                                    }
-                                }
-                                (message, code)
-                            }
-                            Some(Value::String(text)) => (text, None),
-                            Some(other) => (other.to_string(), None),
-                            None => (Value::Object(body.clone()).to_string(), None),
-                        };
+                        let error = body.remove("error");
+                        let (message, code) = error_of(error, "realtime error", &mut meta)
+                            .unwrap_or_else(|| (Value::Object(body.clone()).to_string(), None));
                         meta.extend(body);
                         (message, code)
                     }
@@ -547,23 +549,23 @@ impl PalyraDecoder {
         if let Some(run) = &run {
             self.last_run = Some(run.clone());
         }
-        let key = run.clone().unwrap_or_default();
-        let run = run.as_deref();
+        let at = RunEvent { run, frame };
+        let (key, run, frame) = (at.key(), at.run.as_deref(), &at.frame);
         let body = match body {
             Some(Value::Object(body)) => body,
             other => {
                 let kind = format!("palyra.{event_type}");
                 let payload = other.map(wrap_value).unwrap_or_default();
-                return self.emit(out, &kind, payload, run, &frame, Object::new());
+                return self.emit(out, &kind, payload, run, frame, Object::new());
             }
         };
         match event_type.as_str() {
             "model_token" if body.get("token").is_some_and(Value::is_string) => {
-                self.model_token(body, &key, run, &frame, out)
+                self.model_token(body, &at, out)
             }
-            "status" => self.status(body, &key, run, &frame, out),
-            "tool_proposal" => self.tool_proposal(body, &key, run, &frame, out),
-            "tool_result" => self.tool_result(body, &key, run, &frame, out),
+            "status" => self.status(body, &at, out),
+            "tool_proposal" => self.tool_proposal(body, &at, out),
+            "tool_result" => self.tool_result(body, &at, out),
             "tool_approval_request" => {
                 let reason = str_field(&body, "request_summary")
                     .filter(|s| !s.is_empty())
@@ -575,7 +577,7 @@ impl PalyraDecoder {
                             .map(str::to_owned)
                     })
                     .unwrap_or_else(|| "approval requested".to_owned());
-                self.transition(&key, run, AgentState::Waiting, Some(reason), &frame, out);
+                self.transition(&at, AgentState::Waiting, Some(reason), out);
                 let mut payload = body;
                 let approval_id = str_field(&payload, "approval_id");
                 if let Some(id) = &approval_id {
@@ -603,18 +605,11 @@ impl PalyraDecoder {
                     "palyra.approval_request",
                     payload,
                     run,
-                    &frame,
+                    frame,
                     Object::new(),
                 );
                 if let Some(common) = common {
-                    self.emit(
-                        out,
-                        approvals::REQUESTED,
-                        common,
-                        run,
-                        &frame,
-                        Object::new(),
-                    );
+                    self.emit(out, approvals::REQUESTED, common, run, frame, Object::new());
                 }
             }
             "tool_approval_response" => {
@@ -632,26 +627,19 @@ impl PalyraDecoder {
                     "palyra.tool_approval_response",
                     body,
                     run,
-                    &frame,
+                    frame,
                     Object::new(),
                 );
                 if let Some(decided) = decided {
-                    self.emit(out, approvals::DECIDED, decided, run, &frame, Object::new());
+                    self.emit(out, approvals::DECIDED, decided, run, frame, Object::new());
                 }
-                if self.runs.get(&key).state == AgentState::Waiting {
+                if self.runs.get(key).state == AgentState::Waiting {
                     let reason = if approved == Some(true) {
                         "approved"
                     } else {
                         "denied"
                     };
-                    self.transition(
-                        &key,
-                        run,
-                        AgentState::Acting,
-                        Some(reason.into()),
-                        &frame,
-                        out,
-                    );
+                    self.transition(&at, AgentState::Acting, Some(reason.into()), out);
                 }
             }
             "a2ui_update" => {
@@ -661,10 +649,10 @@ impl PalyraDecoder {
                     .or_else(|| meta.remove("patch"))
                     .unwrap_or(Value::Null);
                 let payload = a2ui_patch(patch);
-                self.emit(out, "a2ui.update", payload, run, &frame, meta);
+                self.emit(out, "a2ui.update", payload, run, frame, meta);
             }
             "journal_event" => {
-                let mut frame = frame;
+                let mut frame = frame.clone();
                 if let Some(ts) = body
                     .get("timestamp_unix_ms")
                     .and_then(Value::as_i64)
@@ -688,28 +676,22 @@ impl PalyraDecoder {
                     "palyra.provider_turn_output",
                     body,
                     run,
-                    &frame,
+                    frame,
                     Object::new(),
                 );
                 if let Some((payload, meta)) = usage {
-                    self.emit(out, "token_usage", payload, run, &frame, meta);
+                    self.emit(out, "token_usage", payload, run, frame, meta);
                 }
             }
             other => {
                 let kind = format!("palyra.{other}");
-                self.emit(out, &kind, body, run, &frame, Object::new());
+                self.emit(out, &kind, body, run, frame, Object::new());
             }
         }
     }
 
-    fn model_token(
-        &mut self,
-        mut body: Object,
-        key: &str,
-        run: Option<&str>,
-        frame: &Frame,
-        out: &mut Vec<Decoded>,
-    ) {
+    fn model_token(&mut self, mut body: Object, at: &RunEvent, out: &mut Vec<Decoded>) {
+        let (key, run, frame) = (at.key(), at.run.as_deref(), &at.frame);
         let content = match body.remove("token") {
             Some(Value::String(s)) => s,
             _ => String::new(),
@@ -724,20 +706,14 @@ impl PalyraDecoder {
         self.emit(out, "text_delta", payload, run, frame, body);
     }
 
-    fn status(
-        &mut self,
-        body: Object,
-        key: &str,
-        run: Option<&str>,
-        frame: &Frame,
-        out: &mut Vec<Decoded>,
-    ) {
+    fn status(&mut self, body: Object, at: &RunEvent, out: &mut Vec<Decoded>) {
+        let (key, run, frame) = (at.key(), at.run.as_deref(), &at.frame);
         let kind = str_field(&body, "kind").unwrap_or_default();
         let message = str_field(&body, "message").filter(|m| !m.is_empty());
         let already_completed = self.runs.get(key).completed;
         match kind.as_str() {
-            "accepted" => self.transition(key, run, AgentState::Thinking, message, frame, out),
-            "in_progress" => self.transition(key, run, AgentState::Acting, message, frame, out),
+            "accepted" => self.transition(at, AgentState::Thinking, message, out),
+            "in_progress" => self.transition(at, AgentState::Acting, message, out),
             "done" | "failed" if !already_completed => {
                 let success = kind == "done";
                 let mut meta = body;
@@ -763,14 +739,8 @@ impl PalyraDecoder {
         }
     }
 
-    fn tool_proposal(
-        &mut self,
-        mut body: Object,
-        key: &str,
-        run: Option<&str>,
-        frame: &Frame,
-        out: &mut Vec<Decoded>,
-    ) {
+    fn tool_proposal(&mut self, mut body: Object, at: &RunEvent, out: &mut Vec<Decoded>) {
+        let (key, run, frame) = (at.key(), at.run.as_deref(), &at.frame);
         let tool_name = match body.remove("tool_name") {
             Some(Value::String(s)) => s,
             Some(other) => {
@@ -798,14 +768,8 @@ impl PalyraDecoder {
         self.emit(out, "tool_call", payload, run, frame, body);
     }
 
-    fn tool_result(
-        &mut self,
-        mut body: Object,
-        key: &str,
-        run: Option<&str>,
-        frame: &Frame,
-        out: &mut Vec<Decoded>,
-    ) {
+    fn tool_result(&mut self, mut body: Object, at: &RunEvent, out: &mut Vec<Decoded>) {
+        let (key, run, frame) = (at.key(), at.run.as_deref(), &at.frame);
         let call_id = take_str(&mut body, "proposal_id").filter(|id| !id.is_empty());
         let tool_name = call_id
             .as_ref()
@@ -843,14 +807,12 @@ impl PalyraDecoder {
 
     fn transition(
         &mut self,
-        key: &str,
-        run: Option<&str>,
+        at: &RunEvent,
         to: AgentState,
         reason: Option<String>,
-        frame: &Frame,
         out: &mut Vec<Decoded>,
     ) {
-        let state = self.runs.get(key);
+        let state = self.runs.get(at.key());
         let from = state.state;
         state.state = to;
         let mut payload = Object::new();
@@ -864,8 +826,8 @@ impl PalyraDecoder {
             out,
             "agent_state_change",
             payload,
-            run,
-            frame,
+            at.run.as_deref(),
+            &at.frame,
             Object::new(),
         );
     }

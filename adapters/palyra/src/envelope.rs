@@ -11,6 +11,30 @@ pub(crate) fn str_field(obj: &Object, key: &str) -> Option<String> {
     obj.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
+/// The message and code of an `error` field: an object's `message` (else `default`) and
+/// `code`, its other fields put in `meta`; a string as the message; any other value as its
+/// JSON text. `None` when there is no `error`.
+pub(crate) fn error_of(
+    error: Option<Value>,
+    default: &str,
+    meta: &mut Object,
+) -> Option<(String, Option<String>)> {
+    Some(match error? {
+        Value::Object(err) => {
+            let message = str_field(&err, "message").unwrap_or_else(|| default.to_owned());
+            let code = str_field(&err, "code");
+            for (k, v) in err {
+                if k != "message" && k != "code" {
+                    meta.insert(k, v);
+                }
+            }
+            (message, code)
+        }
+        Value::String(text) => (text, None),
+        other => (other.to_string(), None),
+    })
+}
+
 /// The signal for one result envelope (see
 /// [`decode_command_result`](crate::decode_command_result)); `run` is the run the command
 /// concerned, else one named in the result.
@@ -32,21 +56,9 @@ pub(crate) fn command_result_signal(
         Signal::new("palyra.command_result", source, env.clone())
     } else {
         let mut meta = env.clone();
-        let (message, code) = match meta.remove("error") {
-            Some(Value::Object(err)) => {
-                let message = str_field(&err, "message").unwrap_or_else(|| "command failed".into());
-                let code = str_field(&err, "code");
-                for (k, v) in err {
-                    if k != "message" && k != "code" {
-                        meta.insert(k, v);
-                    }
-                }
-                (message, code)
-            }
-            Some(Value::String(text)) => (text, None),
-            Some(other) => (other.to_string(), None),
-            None => ("command failed".into(), None),
-        };
+        let error = meta.remove("error");
+        let (message, code) = error_of(error, "command failed", &mut meta)
+            .unwrap_or_else(|| ("command failed".into(), None));
         let mut payload = Object::new();
         payload.insert(
             "code".into(),

@@ -8,12 +8,16 @@
 //!   LLM stream decoders that accept both.
 //! - [`SseDecoder`]: the generic SSE source decoder (`patchbay parse --protocol sse`),
 //!   whose events carry generic JSON envelopes.
+//! - With the `http` feature: [`http`], asking for an event stream over HTTP and
+//!   checking that one answers.
 //! - With the `source` feature (default): the `sse` source ([`ADAPTER`],
 //!   [`SseSource`]), which subscribes to a stream over HTTP, reconnects with backoff and
 //!   resumes with `Last-Event-ID`.
 
 mod decoder;
 mod framing;
+#[cfg(feature = "http")]
+pub mod http;
 mod parser;
 #[cfg(feature = "source")]
 mod source;

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::now_ms;
 
-use crate::{SseDecoder, SseEvent, SseParser};
+use crate::{SseDecoder, SseEvent, SseParser, http};
 
 /// The component type name.
 pub const TYPE_NAME: &str = "sse";
@@ -184,11 +184,8 @@ impl Link for SseLink {
         let client = self.client()?;
         let url = self.config.transport.url();
         let shown = RedactedUrl(url);
-        let mut request = client
-            .get(url)
-            .header("accept", "text/event-stream")
-            .header("cache-control", "no-cache")
-            .headers(self.config.headers.pairs().collect());
+        let mut request =
+            http::event_stream(client.get(url)).headers(self.config.headers.pairs().collect());
         if let Some(id) = &self.last_event_id
             && let Ok(value) = HeaderValue::from_str(id)
         {
@@ -213,13 +210,7 @@ impl Link for SseLink {
             }
             _ => return Err(Ended::Lost(format!("{shown} answered HTTP {status}"))),
         }
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        if !content_type.starts_with("text/event-stream") {
+        if let Some(content_type) = http::not_event_stream(&response) {
             return Err(Ended::Lost(format!(
                 "{shown} answered `{content_type}`, not text/event-stream"
             )));
