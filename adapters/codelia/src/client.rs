@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use patchbay_signal::control::FieldError;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{Signal, control};
 use serde_json::{Value, json};
@@ -30,24 +31,9 @@ pub enum EncodeError {
     /// cancelled by the runtime, or never seen).
     #[error("no pending request `{0}`")]
     UnknownPrompt(String),
-    /// A field the message needs is missing from the payload.
-    #[error("`{kind}` needs `payload.{field}`")]
-    MissingField {
-        /// The signal type.
-        kind: String,
-        /// The payload field.
-        field: &'static str,
-    },
-    /// A payload field has an unusable value.
-    #[error("`{kind}`: `payload.{field}` must be {expected}")]
-    InvalidField {
-        /// The signal type.
-        kind: String,
-        /// The payload field.
-        field: &'static str,
-        /// What it must be.
-        expected: &'static str,
-    },
+    /// A field the message needs is missing from the payload, or unusable.
+    #[error(transparent)]
+    Field(#[from] FieldError),
 }
 
 /// The UI end of a Codelia connection: builds what the UI sends, decodes what the
@@ -276,16 +262,16 @@ fn value_answer(signal: &Signal, method: &str, value: &Value) -> Result<Answer, 
 }
 
 fn missing(signal: &Signal, field: &'static str) -> EncodeError {
-    EncodeError::MissingField {
+    EncodeError::Field(FieldError::Missing {
         kind: signal.kind.to_string(),
         field,
-    }
+    })
 }
 
 fn invalid(signal: &Signal, field: &'static str, expected: &'static str) -> EncodeError {
-    EncodeError::InvalidField {
+    EncodeError::Field(FieldError::Invalid {
         kind: signal.kind.to_string(),
         field,
         expected,
-    }
+    })
 }

@@ -3,6 +3,7 @@
 
 use patchbay_codelia::{EncodeError, UiClient};
 use patchbay_signal::Signal;
+use patchbay_signal::control::FieldError;
 use patchbay_signal::normalize::Decoded;
 use patchbay_testkit::fixture_text;
 use serde_json::{Value, json};
@@ -273,31 +274,34 @@ fn bad_answers_are_refused_and_keep_the_request_pending() {
         (json!({"promptId": ["q"], "value": true}), "promptId"),
     ] {
         assert!(
-            matches!(answer(&mut client, payload.clone()), Err(EncodeError::InvalidField { field: f, .. }) if f == field),
+            matches!(answer(&mut client, payload.clone()), Err(EncodeError::Field(FieldError::Invalid { field: f, .. })) if f == field),
             "{payload}"
         );
     }
     assert!(matches!(
         answer(&mut client, json!({"promptId": "q"})),
-        Err(EncodeError::MissingField { field: "value", .. })
+        Err(EncodeError::Field(FieldError::Missing {
+            field: "value",
+            ..
+        }))
     ));
     assert!(matches!(
         answer(&mut client, json!({"value": true})),
-        Err(EncodeError::MissingField {
+        Err(EncodeError::Field(FieldError::Missing {
             field: "promptId",
             ..
-        })
+        }))
     ));
     assert_eq!(client.pending_requests().count(), 1);
     let mut client = client_with_request("ui.prompt.request", json!("p"));
     assert!(matches!(
         answer(&mut client, json!({"promptId": "p", "value": 3})),
-        Err(EncodeError::InvalidField { .. })
+        Err(EncodeError::Field(FieldError::Invalid { .. }))
     ));
     let mut client = client_with_request("ui.pick.request", json!("p"));
     assert!(matches!(
         answer(&mut client, json!({"promptId": "p", "value": [1]})),
-        Err(EncodeError::InvalidField { .. })
+        Err(EncodeError::Field(FieldError::Invalid { .. }))
     ));
 }
 
@@ -337,22 +341,31 @@ fn unsupported_and_invalid_signals() {
     );
     assert!(matches!(
         client.encode(&signal("control.cancel", json!({"runId": 3}))),
-        Err(EncodeError::InvalidField { field: "runId", .. })
+        Err(EncodeError::Field(FieldError::Invalid {
+            field: "runId",
+            ..
+        }))
     ));
     assert!(matches!(
         client.encode(&signal("prompt", json!({}))),
-        Err(EncodeError::MissingField { field: "text", .. })
+        Err(EncodeError::Field(FieldError::Missing {
+            field: "text",
+            ..
+        }))
     ));
     assert!(matches!(
         client.encode(&signal("prompt", json!({"text": 1}))),
-        Err(EncodeError::InvalidField { field: "text", .. })
+        Err(EncodeError::Field(FieldError::Invalid {
+            field: "text",
+            ..
+        }))
     ));
     assert!(matches!(
         client.encode(&signal("prompt", json!({"text": "x", "sessionId": 1}))),
-        Err(EncodeError::InvalidField {
+        Err(EncodeError::Field(FieldError::Invalid {
             field: "sessionId",
             ..
-        })
+        }))
     ));
     assert_eq!(EncodeError::NoRun.to_string(), "no run to cancel");
 }

@@ -1,5 +1,6 @@
 //! `control.*` signals to the frames an Escapement agent accepts (spec §5.2 and §6).
 
+use patchbay_signal::control::FieldError;
 use patchbay_signal::{Signal, control};
 use serde_json::{Value, json};
 
@@ -10,24 +11,9 @@ pub enum EncodeError {
     /// only knows `ui-interrupt` and `ui-quit`; a `map` filter can rename it).
     #[error("Escapement has no frame for `{0}`")]
     Unsupported(String),
-    /// A field the frame needs is missing from the payload.
-    #[error("`{kind}` needs `payload.{field}`")]
-    MissingField {
-        /// The signal type.
-        kind: String,
-        /// The payload field.
-        field: &'static str,
-    },
-    /// A payload field has an unusable value.
-    #[error("`{kind}`: `payload.{field}` must be {expected}")]
-    InvalidField {
-        /// The signal type.
-        kind: String,
-        /// The payload field.
-        field: &'static str,
-        /// What it must be.
-        expected: &'static str,
-    },
+    /// A field the message needs is missing from the payload, or unusable.
+    #[error(transparent)]
+    Field(#[from] FieldError),
 }
 
 /// The frame for a control signal:
@@ -52,10 +38,12 @@ pub fn encode_control(signal: &Signal) -> Result<Value, EncodeError> {
             return Ok(match signal.payload.get("n") {
                 None | Some(Value::Null) => json!({"kind": "control", "op": "step"}),
                 Some(n) => {
-                    let n = step_count(n).ok_or_else(|| EncodeError::InvalidField {
-                        kind: kind.to_owned(),
-                        field: "n",
-                        expected: "an integer >= 1",
+                    let n = step_count(n).ok_or_else(|| {
+                        EncodeError::Field(FieldError::Invalid {
+                            kind: kind.to_owned(),
+                            field: "n",
+                            expected: "an integer >= 1",
+                        })
                     })?;
                     json!({"kind": "control", "op": "step", "n": n})
                 }
@@ -82,17 +70,17 @@ fn answer(signal: &Signal) -> Result<Value, EncodeError> {
     let prompt_id = match signal.payload.get("promptId") {
         Some(Value::String(id)) if !id.is_empty() => id.clone(),
         None | Some(Value::Null) => {
-            return Err(EncodeError::MissingField {
+            return Err(EncodeError::Field(FieldError::Missing {
                 kind,
                 field: "promptId",
-            });
+            }));
         }
         Some(_) => {
-            return Err(EncodeError::InvalidField {
+            return Err(EncodeError::Field(FieldError::Invalid {
                 kind,
                 field: "promptId",
                 expected: "a non-empty string",
-            });
+            }));
         }
     };
     match signal.payload.get("cancelled") {
@@ -101,18 +89,18 @@ fn answer(signal: &Signal) -> Result<Value, EncodeError> {
         }
         None | Some(Value::Null) | Some(Value::Bool(false)) => {}
         Some(_) => {
-            return Err(EncodeError::InvalidField {
+            return Err(EncodeError::Field(FieldError::Invalid {
                 kind,
                 field: "cancelled",
                 expected: "a boolean",
-            });
+            }));
         }
     }
     match signal.payload.get("value") {
         Some(value) => Ok(json!({"kind": "answer", "prompt-id": prompt_id, "value": value})),
-        None => Err(EncodeError::MissingField {
+        None => Err(EncodeError::Field(FieldError::Missing {
             kind,
             field: "value",
-        }),
+        })),
     }
 }

@@ -2,6 +2,7 @@
 
 use patchbay_escapement::{EncodeError, encode_control};
 use patchbay_signal::Signal;
+use patchbay_signal::control::FieldError;
 use patchbay_signal::normalize::Normalizer;
 use serde_json::{Value, json};
 
@@ -110,42 +111,45 @@ fn unusable_signals_are_refused_with_a_reason() {
     );
     assert!(matches!(
         encode_control(&signal("control.step", json!({"n": 0}))),
-        Err(EncodeError::InvalidField { field: "n", .. })
+        Err(EncodeError::Field(FieldError::Invalid { field: "n", .. }))
     ));
     assert!(matches!(
         encode_control(&signal("control.step", json!({"n": "two"}))),
-        Err(EncodeError::InvalidField { field: "n", .. })
+        Err(EncodeError::Field(FieldError::Invalid { field: "n", .. }))
     ));
     assert!(matches!(
         encode_control(&signal("control.answer", json!({"value": 1}))),
-        Err(EncodeError::MissingField {
+        Err(EncodeError::Field(FieldError::Missing {
             field: "promptId",
             ..
-        })
+        }))
     ));
     assert!(matches!(
         encode_control(&signal(
             "control.answer",
             json!({"promptId": 5, "value": 1})
         )),
-        Err(EncodeError::InvalidField {
+        Err(EncodeError::Field(FieldError::Invalid {
             field: "promptId",
             ..
-        })
+        }))
     ));
     assert!(matches!(
         encode_control(&signal("control.answer", json!({"promptId": "p"}))),
-        Err(EncodeError::MissingField { field: "value", .. })
+        Err(EncodeError::Field(FieldError::Missing {
+            field: "value",
+            ..
+        }))
     ));
     assert!(matches!(
         encode_control(&signal(
             "control.answer",
             json!({"promptId": "p", "cancelled": "yes"})
         )),
-        Err(EncodeError::InvalidField {
+        Err(EncodeError::Field(FieldError::Invalid {
             field: "cancelled",
             ..
-        })
+        }))
     ));
     // Errors read well.
     let err = encode_control(&signal("control.cancel", json!({}))).unwrap_err();
@@ -207,7 +211,7 @@ fn ui_frames_the_agent_cannot_take_are_refused() {
         assert!(
             matches!(
                 encode_control(&from_ui(&frame)),
-                Err(EncodeError::InvalidField { .. })
+                Err(EncodeError::Field(FieldError::Invalid { .. }))
             ),
             "{frame}"
         );

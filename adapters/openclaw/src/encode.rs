@@ -1,6 +1,7 @@
 //! `control.*` signals to gateway requests.
 
 use patchbay_graph::approvals::Verdict;
+use patchbay_signal::control::FieldError;
 use patchbay_signal::{Signal, control, next_id};
 use serde_json::{Value, json};
 
@@ -19,24 +20,9 @@ pub enum EncodeError {
     /// An abort of a run whose session is unknown (`chat.abort` needs the session key).
     #[error("the session of run `{0}` is unknown: add `sessionKey` to the payload")]
     NoSession(String),
-    /// A payload field has an unusable value.
-    #[error("`{kind}`: `payload.{field}` must be {expected}")]
-    InvalidField {
-        /// The signal type.
-        kind: String,
-        /// The payload field.
-        field: &'static str,
-        /// What it must be.
-        expected: &'static str,
-    },
-    /// A field the request needs is missing.
-    #[error("`{kind}` needs `payload.{field}`")]
-    MissingField {
-        /// The signal type.
-        kind: String,
-        /// The payload field.
-        field: &'static str,
-    },
+    /// A field the request needs is missing from the payload, or unusable.
+    #[error(transparent)]
+    Field(#[from] FieldError),
 }
 
 /// A request frame to send, with what the transport needs to track its answer (see
@@ -91,11 +77,11 @@ fn string_field(signal: &Signal, field: &'static str) -> Result<Option<String>, 
     match signal.payload.get(field) {
         Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
         None | Some(Value::Null) => Ok(None),
-        Some(_) => Err(EncodeError::InvalidField {
+        Some(_) => Err(EncodeError::Field(FieldError::Invalid {
             kind: signal.kind.to_string(),
             field,
             expected: "a non-empty string",
-        }),
+        })),
     }
 }
 
@@ -130,23 +116,25 @@ fn resolve_params(signal: &Signal) -> Result<(&'static str, Value), EncodeError>
     let id = match signal.payload.get("promptId") {
         Some(Value::String(id)) if !id.is_empty() => id.clone(),
         None | Some(Value::Null) => {
-            return Err(EncodeError::MissingField {
+            return Err(EncodeError::Field(FieldError::Missing {
                 kind: signal.kind.to_string(),
                 field: "promptId",
-            });
+            }));
         }
         Some(_) => {
-            return Err(EncodeError::InvalidField {
+            return Err(EncodeError::Field(FieldError::Invalid {
                 kind: signal.kind.to_string(),
                 field: "promptId",
                 expected: "a non-empty string",
-            });
+            }));
         }
     };
-    let invalid = |field, expected| EncodeError::InvalidField {
-        kind: signal.kind.to_string(),
-        field,
-        expected,
+    let invalid = |field, expected| {
+        EncodeError::Field(FieldError::Invalid {
+            kind: signal.kind.to_string(),
+            field,
+            expected,
+        })
     };
     let cancelled = match signal.payload.get("cancelled") {
         Some(Value::Bool(b)) => *b,
@@ -170,10 +158,10 @@ fn resolve_params(signal: &Signal) -> Result<(&'static str, Value), EncodeError>
                 }
             }
             None => {
-                return Err(EncodeError::MissingField {
+                return Err(EncodeError::Field(FieldError::Missing {
                     kind: signal.kind.to_string(),
                     field: "value",
-                });
+                }));
             }
             Some(_) => {
                 return Err(invalid(

@@ -4,6 +4,7 @@ use patchbay_openclaw::{
     EncodeError, OpenClawDecoder, RunTracker, encode_control, encode_control_with_id,
 };
 use patchbay_signal::Signal;
+use patchbay_signal::control::FieldError;
 use patchbay_signal::normalize::Decoded;
 use serde_json::{Value, json};
 
@@ -74,7 +75,10 @@ fn abort_what_the_payload_names() {
     );
     assert!(matches!(
         req(json!({"runId": 5})),
-        Err(EncodeError::InvalidField { field: "runId", .. })
+        Err(EncodeError::Field(FieldError::Invalid {
+            field: "runId",
+            ..
+        }))
     ));
 }
 
@@ -173,32 +177,38 @@ fn answers_resolve_approvals() {
     );
     assert!(matches!(
         params(json!({"promptId": "ap1", "value": "maybe"})),
-        Err(EncodeError::InvalidField { field: "value", .. })
+        Err(EncodeError::Field(FieldError::Invalid {
+            field: "value",
+            ..
+        }))
     ));
     assert!(matches!(
         params(json!({"promptId": "ap1"})),
-        Err(EncodeError::MissingField { field: "value", .. })
+        Err(EncodeError::Field(FieldError::Missing {
+            field: "value",
+            ..
+        }))
     ));
     assert!(matches!(
         params(json!({"value": true})),
-        Err(EncodeError::MissingField {
+        Err(EncodeError::Field(FieldError::Missing {
             field: "promptId",
             ..
-        })
+        }))
     ));
     assert!(matches!(
         params(json!({"promptId": 3, "value": true})),
-        Err(EncodeError::InvalidField {
+        Err(EncodeError::Field(FieldError::Invalid {
             field: "promptId",
             ..
-        })
+        }))
     ));
     assert!(matches!(
         params(json!({"promptId": "a", "cancelled": "y"})),
-        Err(EncodeError::InvalidField {
+        Err(EncodeError::Field(FieldError::Invalid {
             field: "cancelled",
             ..
-        })
+        }))
     ));
 }
 

@@ -1,6 +1,7 @@
 //! The requests a transport sends to `opencode serve`, as values: method, path, JSON body.
 
 use patchbay_graph::approvals::{self, AnswerError, Verdict};
+use patchbay_signal::control::FieldError;
 use patchbay_signal::{Signal, control};
 use serde_json::{Value, json};
 
@@ -154,24 +155,9 @@ pub enum EncodeError {
     /// a control at all).
     #[error("OpenCode has no call for `{0}`")]
     Unsupported(String),
-    /// A field the call needs is missing from the payload.
-    #[error("`{kind}` needs `payload.{field}`")]
-    MissingField {
-        /// The signal type.
-        kind: String,
-        /// The payload field.
-        field: &'static str,
-    },
-    /// A payload field has an unusable value.
-    #[error("`{kind}`: `payload.{field}` must be {expected}")]
-    InvalidField {
-        /// The signal type.
-        kind: String,
-        /// The payload field.
-        field: &'static str,
-        /// What it must be.
-        expected: &'static str,
-    },
+    /// A field the message needs is missing from the payload, or unusable.
+    #[error(transparent)]
+    Field(#[from] FieldError),
     /// The signal names no session (`sessionId`) and none is known.
     #[error("`{0}` names no session (`payload.sessionId`) and no OpenCode session is known")]
     NoSession(String),
@@ -235,18 +221,18 @@ fn session_for(signal: &Signal, fallback: Option<&str>) -> Result<String, Encode
 }
 
 fn missing(kind: &str, field: &'static str) -> EncodeError {
-    EncodeError::MissingField {
+    EncodeError::Field(FieldError::Missing {
         kind: kind.to_owned(),
         field,
-    }
+    })
 }
 
 fn invalid(kind: &str, field: &'static str, expected: &'static str) -> EncodeError {
-    EncodeError::InvalidField {
+    EncodeError::Field(FieldError::Invalid {
         kind: kind.to_owned(),
         field,
         expected,
-    }
+    })
 }
 
 /// Percent-encodes `text` as one path segment or query value: everything but the

@@ -7,6 +7,7 @@ use patchbay_opencode::{
     prompt, reply, reply_word,
 };
 use patchbay_signal::Signal;
+use patchbay_signal::control::FieldError;
 use serde_json::{Value, json};
 
 const SESSION: &str = "ses_ddf229cfaffep6iUEXOwj8t312";
@@ -212,28 +213,28 @@ fn what_cannot_be_sent_says_why() {
     };
     assert_eq!(
         err("prompt", json!({})),
-        EncodeError::MissingField {
+        EncodeError::Field(FieldError::Missing {
             kind: "prompt".into(),
             field: "text"
-        }
+        })
     );
     assert!(matches!(
         err("prompt", json!({"text": 1})),
-        EncodeError::InvalidField { field: "text", .. }
+        EncodeError::Field(FieldError::Invalid { field: "text", .. })
     ));
     assert!(matches!(
         err("prompt", json!({"text": "x", "sessionId": 1})),
-        EncodeError::InvalidField {
+        EncodeError::Field(FieldError::Invalid {
             field: "sessionId",
             ..
-        }
+        })
     ));
     assert_eq!(
         err("control.answer", json!({"value": "allow"})),
-        EncodeError::MissingField {
+        EncodeError::Field(FieldError::Missing {
             kind: "control.answer".into(),
             field: "promptId"
-        }
+        })
     );
     let bad = err(
         "control.answer",

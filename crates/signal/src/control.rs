@@ -23,6 +23,30 @@ pub const ANSWER: &str = "control.answer";
 /// Every control type.
 pub const ALL: [&str; 8] = [PAUSE, STEP, CONTINUE, ARM, INTERRUPT, QUIT, CANCEL, ANSWER];
 
+/// Why a control signal's payload cannot be sent: a field the protocol needs is missing,
+/// or its value is unusable. Each control output's encode error wraps it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldError {
+    /// A field the message needs is missing from the payload.
+    #[error("`{kind}` needs `payload.{field}`")]
+    Missing {
+        /// The signal type.
+        kind: String,
+        /// The payload field.
+        field: &'static str,
+    },
+    /// A payload field has an unusable value.
+    #[error("`{kind}`: `payload.{field}` must be {expected}")]
+    Invalid {
+        /// The signal type.
+        kind: String,
+        /// The payload field.
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
+    },
+}
+
 /// Whether `kind` is a control type (`control.*`).
 pub fn is_control(kind: &str) -> bool {
     kind.starts_with("control.")
