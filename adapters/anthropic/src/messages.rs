@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_signal::normalize::{Decoded, bad_input_signal, json_or_report, object_or_report};
 use patchbay_signal::well_known::{ErrorPayload, Payload, Severity, as_count, tool_call_arguments};
 use patchbay_signal::{Object, Signal, SmallString, is_informative, next_id, now_ms, take_str};
 use serde::Deserialize;
@@ -142,14 +142,8 @@ impl MessagesDecoder {
         if self.fast_path(data, timestamp, out) {
             return;
         }
-        match serde_json::from_str::<Value>(data) {
-            Ok(value) => self.decode_value(value, timestamp, out),
-            Err(err) => out.push(Decoded::BadInput(bad_input_signal(
-                &self.source,
-                self.last_ts,
-                data,
-                &format!("not JSON: {err}"),
-            ))),
+        if let Some(value) = json_or_report(data, &self.source, self.last_ts, out) {
+            self.decode_value(value, timestamp, out);
         }
     }
 
@@ -220,13 +214,7 @@ impl MessagesDecoder {
 
     /// Decodes one parsed event, stamping its signals with `timestamp` (ms).
     pub fn decode_value(&mut self, value: Value, timestamp: i64, out: &mut Vec<Decoded>) {
-        let Value::Object(mut event) = value else {
-            out.push(Decoded::BadInput(bad_input_signal(
-                &self.source,
-                self.last_ts,
-                &value.to_string(),
-                "not a JSON object",
-            )));
+        let Some(mut event) = object_or_report(value, &self.source, self.last_ts, out) else {
             return;
         };
         let before = out.len();

@@ -118,6 +118,93 @@ pub(crate) fn available(names: &[String], matcher: &PortMatcher) -> String {
     }
 }
 
+/// The midir objects of a watch over one port, input or output: the client that lists the
+/// ports, the connection with its port's name, and the port that disappeared until one
+/// is connected again (for health). Its objects are closed inside a session, wherever it
+/// is dropped (closing a JACK client waits for its thread: drop it off async threads).
+pub(crate) struct PortHold<S, C> {
+    /// Lists the ports.
+    pub(crate) scanner: Option<Held<S>>,
+    /// The connection, and the name of its port.
+    pub(crate) connection: Option<(String, Held<C>)>,
+    /// The port that disappeared, until a port is connected again.
+    pub(crate) lost: Option<String>,
+}
+
+/// Why a rescan cannot go on with what a [`PortHold`] holds.
+pub(crate) enum Gone {
+    /// The connected port disappeared (its name).
+    Lost(String),
+    /// The MIDI system is down.
+    Down(MidiError),
+}
+
+impl<S, C> PortHold<S, C> {
+    /// Nothing held.
+    pub(crate) fn new() -> Self {
+        PortHold {
+            scanner: None,
+            connection: None,
+            lost: None,
+        }
+    }
+
+    /// The start of every rescan: forgets the objects of a dead server (see `session`),
+    /// and says whether the connection is gone with it or the system is down.
+    pub(crate) fn check(&mut self, session: &Session) -> Option<Gone> {
+        if self.scanner.as_ref().is_some_and(|s| !s.is_current()) {
+            self.scanner = None;
+        }
+        if self
+            .connection
+            .as_ref()
+            .is_some_and(|(_, connection)| !connection.is_current())
+        {
+            return self.lose().map(Gone::Lost);
+        }
+        if let Some(reason) = session.down() {
+            self.scanner = None;
+            self.connection = None;
+            return Some(Gone::Down(MidiError::NoSystem(reason.to_owned())));
+        }
+        None
+    }
+
+    /// Closes the connection, remembering its port as lost; returns the port's name.
+    pub(crate) fn lose(&mut self) -> Option<String> {
+        let (port, _) = self.connection.take()?;
+        self.lost = Some(port.clone());
+        Some(port)
+    }
+
+    /// Keeps a new connection to `port`.
+    pub(crate) fn connected(&mut self, session: &Session, port: String, connection: C) {
+        self.lost = None;
+        self.connection = Some((port, Held::new(session, connection)));
+    }
+
+    /// What is waited for when no port of `names` matches `matcher`.
+    pub(crate) fn waiting(&self, names: &[String], matcher: &PortMatcher) -> String {
+        let available = available(names, matcher);
+        let pattern = matcher.pattern();
+        match &self.lost {
+            Some(lost) => lost_detail(lost, pattern, Some(&available)),
+            None => format!("waiting for a port matching `{pattern}` (available: {available})"),
+        }
+    }
+}
+
+impl<S, C> Drop for PortHold<S, C> {
+    fn drop(&mut self) {
+        let connection = self.connection.take();
+        let scanner = self.scanner.take();
+        with_session(|_| {
+            drop(connection);
+            drop(scanner);
+        });
+    }
+}
+
 /// Called when a message is dropped because the channel is full.
 pub(crate) type OnDrop = Arc<dyn Fn() + Send + Sync>;
 
@@ -127,10 +214,7 @@ pub(crate) struct InputWatch {
     matcher: PortMatcher,
     client_name: String,
     local_port: String,
-    scanner: Option<Held<MidiInput>>,
-    connection: Option<(String, Held<MidiInputConnection<()>>)>,
-    /// The port that disappeared, until a port is connected again (for health).
-    lost: Option<String>,
+    held: PortHold<MidiInput, MidiInputConnection<()>>,
     tx: mpsc::Sender<Message>,
     on_drop: OnDrop,
 }
@@ -149,9 +233,7 @@ impl InputWatch {
             matcher: matcher.with_own_client(client_name),
             client_name: client_name.to_owned(),
             local_port: system::local_port_name(local_port),
-            scanner: None,
-            connection: None,
-            lost: None,
+            held: PortHold::new(),
             tx,
             on_drop,
         }
@@ -163,30 +245,18 @@ impl InputWatch {
     }
 
     fn rescan_in(&mut self, session: &Session) -> Status {
-        // Objects of a dead server are forgotten (see `session`).
-        if self.scanner.as_ref().is_some_and(|s| !s.is_current()) {
-            self.scanner = None;
+        match self.held.check(session) {
+            Some(Gone::Lost(port)) => return Status::Lost(port),
+            Some(Gone::Down(err)) => return Status::NoSystem(err),
+            None => {}
         }
-        if let Some((port, connection)) = &self.connection
-            && !connection.is_current()
-        {
-            let port = port.clone();
-            self.connection = None;
-            self.lost = Some(port.clone());
-            return Status::Lost(port);
-        }
-        if let Some(reason) = session.down() {
-            self.scanner = None;
-            self.connection = None;
-            return Status::NoSystem(MidiError::NoSystem(reason.to_owned()));
-        }
-        let scanner = match self.scanner.take() {
+        let scanner = match self.held.scanner.take() {
             Some(scanner) => scanner,
             None => {
                 match system::input_client(session, &system::scan_client_name(&self.client_name)) {
                     Ok(scanner) => Held::new(session, scanner),
                     Err(err) => {
-                        self.connection = None;
+                        self.held.connection = None;
                         return Status::NoSystem(err);
                     }
                 }
@@ -196,31 +266,22 @@ impl InputWatch {
             .get(session)
             .map(system::input_names)
             .unwrap_or_default();
-        self.scanner = Some(scanner);
-        if let Some((port, _)) = &self.connection {
+        self.held.scanner = Some(scanner);
+        if let Some((port, _)) = &self.held.connection {
             if names.iter().any(|n| n == port) {
                 return Status::Still(port.clone());
             }
-            let port = port.clone();
-            self.connection = None;
-            self.lost = Some(port.clone());
-            return Status::Lost(port);
+            if let Some(port) = self.held.lose() {
+                return Status::Lost(port);
+            }
         }
         let Some(name) = self.matcher.pick(names.iter().map(String::as_str)) else {
-            let available = available(&names, &self.matcher);
-            let pattern = self.matcher.pattern();
-            return Status::Waiting(match &self.lost {
-                Some(lost) => lost_detail(lost, pattern, Some(&available)),
-                None => {
-                    format!("waiting for a port matching `{pattern}` (available: {available})")
-                }
-            });
+            return Status::Waiting(self.held.waiting(&names, &self.matcher));
         };
         let name = name.to_owned();
         match self.connect(session, &name) {
             Ok(connection) => {
-                self.lost = None;
-                self.connection = Some((name.clone(), Held::new(session, connection)));
+                self.held.connected(session, name.clone(), connection);
                 Status::Connected(name)
             }
             Err(err @ MidiError::NoSystem(_)) => Status::NoSystem(err),
@@ -264,20 +325,6 @@ impl InputWatch {
                 port: name.to_owned(),
                 reason: err.to_string(),
             })
-    }
-}
-
-impl Drop for InputWatch {
-    /// Closes the connection and the scanning client inside a session, wherever the watch
-    /// is dropped (closing a JACK client waits for its thread: drop it off async threads
-    /// when you can, as [`InputDriver::close`] does).
-    fn drop(&mut self) {
-        let connection = self.connection.take();
-        let scanner = self.scanner.take();
-        with_session(|_| {
-            drop(connection);
-            drop(scanner);
-        });
     }
 }
 

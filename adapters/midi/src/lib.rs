@@ -157,24 +157,4 @@ pub mod types {
 
 /// Bytes as lowercase hex pairs separated by spaces (`90 3c 64`): the same text
 /// `patchbay parse --protocol midi` reads back.
-pub fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 3);
-    for (i, byte) in bytes.iter().enumerate() {
-        if i > 0 {
-            text.push(' ');
-        }
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn hex_is_spaced_lowercase() {
-        assert_eq!(super::to_hex(&[0x90, 0x3c, 0x0a, 0xff]), "90 3c 0a ff");
-        assert_eq!(super::to_hex(&[]), "");
-    }
-}
+pub use patchbay_signal::decode::to_hex;

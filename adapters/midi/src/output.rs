@@ -12,10 +12,10 @@ use patchbay_graph::{
 use serde::Deserialize;
 use tokio::time::MissedTickBehavior;
 
-use crate::input::{available, lost_detail};
+use crate::input::{Gone, PortHold, lost_detail};
 use crate::session::{Held, Session, with_session};
-use crate::source::{DEFAULT_RESCAN_MS, check_common};
-use crate::system::{self, DEFAULT_CLIENT_NAME, MidiError};
+use crate::source::{check_common, default_client_name, default_rescan_ms};
+use crate::system::{self, MidiError};
 use crate::{PortMatcher, encode};
 
 /// The options of an `[outputs.NAME]` table with `type = "midi"`: exactly one of `port`
@@ -38,14 +38,6 @@ pub struct MidiOutputConfig {
     /// The MIDI client name.
     #[serde(default = "default_client_name")]
     pub client_name: String,
-}
-
-fn default_rescan_ms() -> u64 {
-    DEFAULT_RESCAN_MS
-}
-
-fn default_client_name() -> String {
-    DEFAULT_CLIENT_NAME.to_owned()
 }
 
 /// Where an output sends.
@@ -113,12 +105,9 @@ enum OutStatus {
 struct OutputPort {
     target: Target,
     client_name: String,
-    /// Lists ports: an output client for `port`, an input client for `virtual` (to see
-    /// whether the virtual port is still there, as a readable port).
-    scanner: Option<Held<Scanner>>,
-    connection: Option<(String, Held<MidiOutputConnection>)>,
-    /// The port that disappeared, until one is connected again (for health).
-    lost: Option<String>,
+    /// Its scanner lists ports: an output client for `port`, an input client for
+    /// `virtual` (to see whether the virtual port is still there, as a readable port).
+    held: PortHold<Scanner, MidiOutputConnection>,
 }
 
 /// A client used only to list ports.
@@ -132,9 +121,7 @@ impl OutputPort {
         OutputPort {
             target,
             client_name: client_name.to_owned(),
-            scanner: None,
-            connection: None,
-            lost: None,
+            held: PortHold::new(),
         }
     }
 
@@ -144,25 +131,13 @@ impl OutputPort {
     }
 
     fn rescan_in(&mut self, session: &Session) -> OutStatus {
-        // Objects of a dead server are forgotten (see `session`).
-        if self.scanner.as_ref().is_some_and(|s| !s.is_current()) {
-            self.scanner = None;
-        }
-        if let Some((port, connection)) = &self.connection
-            && !connection.is_current()
-        {
-            let port = port.clone();
-            self.connection = None;
-            self.lost = Some(port.clone());
-            return OutStatus::Lost(port);
-        }
-        if let Some(reason) = session.down() {
-            self.scanner = None;
-            self.connection = None;
-            return OutStatus::Error(MidiError::NoSystem(reason.to_owned()));
+        match self.held.check(session) {
+            Some(Gone::Lost(port)) => return OutStatus::Lost(port),
+            Some(Gone::Down(err)) => return OutStatus::Error(err),
+            None => {}
         }
         let scan_name = system::scan_client_name(&self.client_name);
-        let scanner = match self.scanner.take() {
+        let scanner = match self.held.scanner.take() {
             Some(scanner) => Ok(scanner),
             None => match &self.target {
                 Target::Port(_) => system::output_client(session, &scan_name)
@@ -174,7 +149,7 @@ impl OutputPort {
         let scanner = match scanner {
             Ok(scanner) => scanner,
             Err(err) => {
-                self.connection = None;
+                self.held.connection = None;
                 return OutStatus::Error(err);
             }
         };
@@ -183,8 +158,8 @@ impl OutputPort {
             Some(Scanner::In(input)) => system::input_names(input),
             None => Vec::new(),
         };
-        self.scanner = Some(scanner);
-        if let Some((port, _)) = &self.connection {
+        self.held.scanner = Some(scanner);
+        if let Some((port, _)) = &self.held.connection {
             let present = match &self.target {
                 Target::Port(_) => names.iter().any(|n| n == port),
                 Target::Virtual(name) => names.iter().any(|n| self.is_our_virtual(n, name)),
@@ -192,28 +167,19 @@ impl OutputPort {
             if present {
                 return OutStatus::Ready(port.clone());
             }
-            let port = port.clone();
-            self.connection = None;
-            self.lost = Some(port.clone());
-            return OutStatus::Lost(port);
+            if let Some(port) = self.held.lose() {
+                return OutStatus::Lost(port);
+            }
         }
         match &self.target {
             Target::Port(matcher) => {
                 let Some(name) = matcher.pick(names.iter().map(String::as_str)) else {
-                    let available = available(&names, matcher);
-                    let pattern = matcher.pattern();
-                    return OutStatus::Waiting(match &self.lost {
-                        Some(lost) => lost_detail(lost, pattern, Some(&available)),
-                        None => format!(
-                            "waiting for a port matching `{pattern}` (available: {available})"
-                        ),
-                    });
+                    return OutStatus::Waiting(self.held.waiting(&names, matcher));
                 };
                 let name = name.to_owned();
                 match self.connect(session, &name) {
                     Ok(connection) => {
-                        self.lost = None;
-                        self.connection = Some((name.clone(), Held::new(session, connection)));
+                        self.held.connected(session, name.clone(), connection);
                         OutStatus::Ready(name)
                     }
                     Err(err) => OutStatus::Error(err),
@@ -228,19 +194,22 @@ impl OutputPort {
                 });
                 match created {
                     Ok(connection) => {
-                        self.lost = None;
                         // Its full name, as others see it (`patchbay:leds`, or
                         // `patchbay-01:leds` when another client took the name first).
-                        let listed = self.scanner.as_ref().and_then(|s| match s.get(session) {
-                            Some(Scanner::In(input)) => system::input_names(input)
-                                .into_iter()
-                                .find(|n| self.is_our_virtual(n, name)),
-                            _ => None,
-                        });
+                        let listed =
+                            self.held
+                                .scanner
+                                .as_ref()
+                                .and_then(|s| match s.get(session) {
+                                    Some(Scanner::In(input)) => system::input_names(input)
+                                        .into_iter()
+                                        .find(|n| self.is_our_virtual(n, name)),
+                                    _ => None,
+                                });
                         let label = listed.unwrap_or_else(|| {
                             format!("virtual port {name} of client {}", self.client_name)
                         });
-                        self.connection = Some((label.clone(), Held::new(session, connection)));
+                        self.held.connected(session, label.clone(), connection);
                         OutStatus::Ready(label)
                     }
                     Err(err) => OutStatus::Error(err),
@@ -280,7 +249,7 @@ impl OutputPort {
     /// Sends one message; `Ok(false)` when not connected (or its server is gone). Touches
     /// no JACK client (midir queues the bytes in its ring buffer), so no session is needed.
     fn send(&mut self, bytes: &[u8]) -> Result<bool, MidiError> {
-        let Some((port, held)) = &mut self.connection else {
+        let Some((port, held)) = &mut self.held.connection else {
             return Ok(false);
         };
         let Some(connection) = held.get_mut() else {
@@ -296,19 +265,7 @@ impl OutputPort {
     }
 
     fn is_connected(&self) -> bool {
-        self.connection.is_some()
-    }
-}
-
-impl Drop for OutputPort {
-    /// Closes the clients inside a session, wherever the port is dropped.
-    fn drop(&mut self) {
-        let connection = self.connection.take();
-        let scanner = self.scanner.take();
-        with_session(|_| {
-            drop(connection);
-            drop(scanner);
-        });
+        self.held.connection.is_some()
     }
 }
 

@@ -43,11 +43,13 @@ pub struct MidiSourceConfig {
     pub client_name: String,
 }
 
-fn default_rescan_ms() -> u64 {
+/// The default `rescan_ms` of the source and the output.
+pub(crate) fn default_rescan_ms() -> u64 {
     DEFAULT_RESCAN_MS
 }
 
-fn default_client_name() -> String {
+/// The default `client_name` of the source and the output.
+pub(crate) fn default_client_name() -> String {
     DEFAULT_CLIENT_NAME.to_owned()
 }
 

@@ -1,6 +1,7 @@
 //! What `patchbay midi monitor` and `patchbay midi learn` run: an input followed across
 //! hot-plug, as for the source, without a graph.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,33 +73,12 @@ pub async fn monitor(
     options: &InputOptions,
     mut on_signal: impl FnMut(Decoded),
 ) -> Result<(), MidiError> {
-    let (mut driver, pattern) = options.driver("monitor")?;
-    let mut decoder = MidiDecoder::with_config("midi:monitor", "", &options.decoder)
-        .map_err(|e| MidiError::Ended(e.to_string()))?;
-    let mut first = true;
-    let mut last = None;
-    let mut out = Vec::new();
-    let result = loop {
-        match driver.next().await {
-            Ok(Event::Message(message)) => {
-                decoder.decode_message(message.raw.bytes(), message.at, &mut out);
-                out.drain(..).for_each(&mut on_signal);
-            }
-            Ok(Event::Status(status)) => {
-                if let Status::Connected(port) = &status {
-                    decoder.set_port(port.clone());
-                }
-                if let (true, Status::NoSystem(err)) = (first, &status) {
-                    break Err(err.clone());
-                }
-                first = false;
-                log_status(&status, &pattern, &mut last);
-            }
-            Err(err) => break Err(err),
-        }
-    };
-    driver.close().await;
-    result
+    let never = follow(options, "monitor", |decoded| {
+        on_signal(decoded);
+        None::<Infallible>
+    })
+    .await?;
+    match never {}
 }
 
 /// Waits for the next pad, key, knob or program change on the input and returns the
@@ -113,8 +93,26 @@ pub async fn learn(
     source: &str,
     target: &str,
 ) -> Result<String, MidiError> {
-    let (mut driver, pattern) = options.driver("learn")?;
-    let mut decoder = MidiDecoder::with_config("midi:learn", "", &options.decoder)
+    follow(options, "learn", |decoded| match decoded {
+        Decoded::Signal(signal) if is_learnable(&signal) => {
+            learn_block(&signal, source, target).ok()
+        }
+        _ => None,
+    })
+    .await
+}
+
+/// Follows the input across hot-plug as the tool `tool` (its local port's name, and the
+/// signals' source `midi:TOOL`), handing each decoded message to `on_decoded` until it
+/// returns a value. Fails at once when the pattern is invalid or the first scan finds no
+/// MIDI system; later losses are logged and waited out.
+async fn follow<T>(
+    options: &InputOptions,
+    tool: &str,
+    mut on_decoded: impl FnMut(Decoded) -> Option<T>,
+) -> Result<T, MidiError> {
+    let (mut driver, pattern) = options.driver(tool)?;
+    let mut decoder = MidiDecoder::with_config(format!("midi:{tool}"), "", &options.decoder)
         .map_err(|e| MidiError::Ended(e.to_string()))?;
     let mut first = true;
     let mut last = None;
@@ -124,11 +122,8 @@ pub async fn learn(
             Ok(Event::Message(message)) => {
                 decoder.decode_message(message.raw.bytes(), message.at, &mut out);
                 for decoded in out.drain(..) {
-                    if let Decoded::Signal(signal) = decoded
-                        && is_learnable(&signal)
-                        && let Ok(block) = learn_block(&signal, source, target)
-                    {
-                        break 'wait Ok(block);
+                    if let Some(done) = on_decoded(decoded) {
+                        break 'wait Ok(done);
                     }
                 }
             }

@@ -19,7 +19,6 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use patchbay_graph::{ComponentStats, HealthState, LinkEnds, OutputContext, SourceContext};
 use patchbay_signal::SharedSignal;
-use patchbay_signal::normalize::Decoded;
 use patchbay_transport::{Ended, Link, RedactedUrl};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -641,19 +640,9 @@ impl SourceLink {
             retained: d.retain,
             redelivered: d.dup,
         };
-        match self.decoder.decode(&message)? {
-            Decoded::Signal(signal) => Some(signal),
-            Decoded::BadInput(signal) => {
-                let reason = signal
-                    .payload
-                    .get("message")
-                    .and_then(|m| m.as_str())
-                    .unwrap_or("bad input")
-                    .to_owned();
-                cx.stats().bad_input(reason);
-                Some(signal)
-            }
-        }
+        self.decoder
+            .decode(&message)
+            .map(|decoded| cx.counted(decoded))
     }
 }
 

@@ -3,10 +3,9 @@
 //! output publishes on (`agents/{payload.agentId}/state`). Pure: no I/O.
 
 use patchbay_signal::Signal;
-use patchbay_signal::path::{Found, Path};
+use patchbay_signal::template::Template;
 use serde::Deserialize;
 use serde::de::{Deserializer, Error as _};
-use serde_json::Value;
 
 /// The longest topic or filter MQTT can carry (a 16-bit length prefix), in bytes.
 pub const MAX_TOPIC_LEN: usize = 65_535;
@@ -147,13 +146,7 @@ fn check_text(text: &str) -> Result<(), TopicError> {
 /// [`push_level`]).
 #[derive(Debug, Clone)]
 pub struct TopicTemplate {
-    parts: Vec<Part>,
-}
-
-#[derive(Debug, Clone)]
-enum Part {
-    Text(String),
-    Value(Path),
+    template: Template,
 }
 
 patchbay_graph::described_as!(TopicTemplate, {"type": "string"});
@@ -166,62 +159,26 @@ impl TopicTemplate {
         if text.starts_with('$') {
             return Err(TopicError::Reserved(shown(text)));
         }
-        let mut parts = Vec::new();
-        let mut rest = text;
-        while let Some(open) = rest.find('{') {
-            let Some(close) = rest[open..].find('}') else {
-                return Err(TopicError::Placeholder(
-                    shown(text),
-                    "a `{` is not closed".into(),
-                ));
-            };
-            if open > 0 {
-                parts.push(Part::Text(rest[..open].to_owned()));
-            }
-            let inner = &rest[open + 1..open + close];
-            let path = Path::parse(inner)
-                .map_err(|e| TopicError::Placeholder(shown(text), e.to_string()))?;
-            parts.push(Part::Value(path));
-            rest = &rest[open + close + 1..];
+        let template = Template::parse(text)
+            .map_err(|e| TopicError::Placeholder(shown(text), e.to_string()))?;
+        if template.texts().any(|t| t.contains(['+', '#'])) {
+            return Err(TopicError::WildcardInTemplate(shown(text)));
         }
-        if !rest.is_empty() {
-            parts.push(Part::Text(rest.to_owned()));
-        }
-        for part in &parts {
-            if let Part::Text(t) = part {
-                if t.contains(['+', '#']) {
-                    return Err(TopicError::WildcardInTemplate(shown(text)));
-                }
-                if t.contains('}') {
-                    return Err(TopicError::Placeholder(
-                        shown(text),
-                        "a `}` without its `{`".into(),
-                    ));
-                }
-            }
-        }
-        Ok(TopicTemplate { parts })
+        Ok(TopicTemplate { template })
     }
 
     /// Whether the template has no placeholder (every signal goes to one topic).
     pub fn is_fixed(&self) -> bool {
-        self.parts.iter().all(|p| matches!(p, Part::Text(_)))
+        self.template.is_fixed()
     }
 
     /// The topic of `signal`, appended to `out`. Always a valid topic to publish on when
     /// the template is: placeholders never add `+`, `#`, `/` or NUL, and never nothing.
     pub fn render(&self, signal: &Signal, out: &mut String) {
-        for part in &self.parts {
-            match part {
-                Part::Text(t) => out.push_str(t),
-                Part::Value(path) => match path.get(signal) {
-                    Some(Found::Str(s)) => push_level(s, out),
-                    Some(Found::Json(Value::String(s))) => push_level(s, out),
-                    Some(v) if !v.is_null() => push_level(&v.to_value().to_string(), out),
-                    _ => out.push('_'),
-                },
-            }
-        }
+        self.template.render(signal, out, |value, out| match value {
+            Some(value) => push_level(value, out),
+            None => out.push('_'),
+        });
     }
 }
 
@@ -262,6 +219,7 @@ pub fn push_level(value: &str, out: &mut String) {
 mod tests {
     use super::*;
     use patchbay_signal::object;
+    use serde_json::Value;
 
     fn filter(text: &str) -> TopicFilter {
         TopicFilter::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))

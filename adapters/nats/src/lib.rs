@@ -29,7 +29,7 @@ use patchbay_graph::{
     Options, Output, OutputContext, OutputKind, Role, Source, SourceContext, WhenFull, options_of,
 };
 use patchbay_signal::SharedSignal;
-use patchbay_signal::normalize::{Decoded, Normalizer};
+use patchbay_signal::normalize::Normalizer;
 use patchbay_transport::backoff::Backoff;
 use serde::Deserialize;
 
@@ -703,19 +703,8 @@ fn decode_into(
     batch: &mut Vec<SharedSignal>,
 ) {
     let text = String::from_utf8_lossy(payload);
-    match normalizer.decode_text(&text) {
-        Some(Decoded::Signal(signal)) => batch.push(Arc::new(signal)),
-        Some(Decoded::BadInput(signal)) => {
-            let reason = signal
-                .payload
-                .get("message")
-                .and_then(|m| m.as_str())
-                .unwrap_or("bad input")
-                .to_owned();
-            cx.stats().bad_input(reason);
-            batch.push(Arc::new(signal));
-        }
-        None => {}
+    if let Some(decoded) = normalizer.decode_text(&text) {
+        batch.push(Arc::new(cx.counted(decoded)));
     }
 }
 

@@ -2,21 +2,14 @@
 //! signal's value at that path, made into one valid subject token.
 
 use patchbay_signal::Signal;
-use patchbay_signal::path::{Found, Path};
+use patchbay_signal::template::{Template, TemplatePart};
 use serde::Deserialize;
 use serde::de::{Deserializer, Error as _};
-use serde_json::Value;
 
 /// A parsed subject template.
 #[derive(Debug, Clone)]
 pub struct SubjectTemplate {
-    parts: Vec<Part>,
-}
-
-#[derive(Debug, Clone)]
-enum Part {
-    Text(String),
-    Value(Path),
+    template: Template,
 }
 
 patchbay_graph::described_as!(SubjectTemplate, {"type": "string"});
@@ -25,71 +18,46 @@ impl SubjectTemplate {
     /// Parses a template: literal text, and `{path}` placeholders. Literal text may not
     /// hold wildcards (`*`, `>`) or spaces: an output publishes on one subject.
     pub fn parse(text: &str) -> Result<SubjectTemplate, String> {
-        let mut parts = Vec::new();
-        let mut rest = text;
-        while let Some(open) = rest.find('{') {
-            let Some(close) = rest[open..].find('}') else {
-                return Err(format!("`{text}`: a `{{` is not closed"));
-            };
-            if open > 0 {
-                parts.push(Part::Text(rest[..open].to_owned()));
-            }
-            let inner = &rest[open + 1..open + close];
-            let path = Path::parse(inner).map_err(|e| format!("`{text}`: {e}"))?;
-            parts.push(Part::Value(path));
-            rest = &rest[open + close + 1..];
+        let template = Template::parse(text).map_err(|e| format!("`{text}`: {e}"))?;
+        if template
+            .texts()
+            .any(|t| t.contains(['*', '>']) || t.chars().any(char::is_whitespace))
+        {
+            return Err(format!(
+                "`{text}`: no wildcards or spaces in an output's subject"
+            ));
         }
-        if !rest.is_empty() {
-            parts.push(Part::Text(rest.to_owned()));
-        }
-        for part in &parts {
-            if let Part::Text(t) = part
-                && (t.contains(['*', '>', '}']) || t.chars().any(char::is_whitespace))
-            {
-                return Err(format!(
-                    "`{text}`: no wildcards or spaces in an output's subject"
-                ));
-            }
-        }
-        let template = SubjectTemplate { parts };
         // Placeholders render as a non-empty token, so checking with `x` in each checks
         // every subject the template can make.
         let mut sample = String::new();
-        for part in &template.parts {
+        for part in template.parts() {
             match part {
-                Part::Text(t) => sample.push_str(t),
-                Part::Value(_) => sample.push('x'),
+                TemplatePart::Text(t) => sample.push_str(t),
+                TemplatePart::Value(_) => sample.push('x'),
             }
         }
         if sample.is_empty() || sample.split('.').any(str::is_empty) {
             return Err(format!("`{text}`: a subject has no empty tokens"));
         }
-        Ok(template)
+        Ok(SubjectTemplate { template })
     }
 
     /// The subject of `signal`, appended to `out`.
     pub fn render(&self, signal: &Signal, out: &mut String) {
-        for part in &self.parts {
-            match part {
-                Part::Text(t) => out.push_str(t),
-                Part::Value(path) => match path.get(signal) {
-                    Some(Found::Str(s)) => sanitize_token(s, out),
-                    Some(Found::Json(Value::String(s))) => sanitize_token(s, out),
-                    Some(v) if !v.is_null() => sanitize_token(&v.to_value().to_string(), out),
-                    _ => out.push('_'),
-                },
-            }
-        }
+        self.template.render(signal, out, |value, out| match value {
+            Some(value) => sanitize_token(value, out),
+            None => out.push('_'),
+        });
     }
 
     /// The subject a stream for this template listens on: the fixed tokens before the
     /// first placeholder, then `>` (`patchbay.{source}.{type}` → `patchbay.>`).
     pub fn stream_subject(&self) -> String {
         let mut fixed = String::new();
-        for part in &self.parts {
+        for part in self.template.parts() {
             match part {
-                Part::Text(t) => fixed.push_str(t),
-                Part::Value(_) => break,
+                TemplatePart::Text(t) => fixed.push_str(t),
+                TemplatePart::Value(_) => break,
             }
         }
         let tokens: Vec<&str> = fixed.split('.').collect();

@@ -1,7 +1,7 @@
 //! The `chat.completion.chunk` state machine: chunks (and whole `chat.completion`
 //! responses) in, signals out.
 
-use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_signal::normalize::{Decoded, bad_input_signal, json_or_report, object_or_report};
 use patchbay_signal::well_known::{ErrorPayload, Payload, Severity, as_count, tool_call_arguments};
 use patchbay_signal::{Object, Signal, SmallString, is_informative, next_id, now_ms, take_str};
 use serde_json::Value;
@@ -133,27 +133,15 @@ impl ChatDecoder {
             self.done = true;
             return;
         }
-        match serde_json::from_str::<Value>(data) {
-            Ok(value) => self.decode_value(value, timestamp, out),
-            Err(err) => out.push(Decoded::BadInput(bad_input_signal(
-                &self.source,
-                self.last_ts,
-                data,
-                &format!("not JSON: {err}"),
-            ))),
+        if let Some(value) = json_or_report(data, &self.source, self.last_ts, out) {
+            self.decode_value(value, timestamp, out);
         }
     }
 
     /// Decodes one parsed chunk (or a whole non-streaming response), stamping its signals
     /// with `timestamp` (ms).
     pub fn decode_value(&mut self, value: Value, timestamp: i64, out: &mut Vec<Decoded>) {
-        let Value::Object(chunk) = value else {
-            out.push(Decoded::BadInput(bad_input_signal(
-                &self.source,
-                self.last_ts,
-                &value.to_string(),
-                "not a JSON object",
-            )));
+        let Some(chunk) = object_or_report(value, &self.source, self.last_ts, out) else {
             return;
         };
         self.done = false;

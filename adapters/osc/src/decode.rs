@@ -631,18 +631,7 @@ impl OscDecoder {
 
 /// Bytes as lowercase hex pairs separated by spaces (`2f 61 00 00`), the text
 /// `patchbay parse --protocol osc` reads back.
-pub fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 3);
-    for (i, byte) in bytes.iter().enumerate() {
-        if i > 0 {
-            text.push(' ');
-        }
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    text
-}
+pub use patchbay_signal::decode::to_hex;
 
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@ use patchbay_graph::{
     OutputContext,
 };
 use patchbay_signal::path::{Found, Path};
+use patchbay_signal::template::{Template, TemplatePart};
 use patchbay_signal::{SharedSignal, Signal};
 use patchbay_transport::backoff::Backoff;
 use serde::Deserialize;
@@ -120,13 +121,7 @@ fn forbidden_in_address(c: char) -> bool {
 /// A parsed address template.
 #[derive(Debug, Clone)]
 pub struct AddressTemplate {
-    parts: Vec<Part>,
-}
-
-#[derive(Debug, Clone)]
-enum Part {
-    Text(String),
-    Value(Path),
+    template: Template,
 }
 
 patchbay_graph::described_as!(AddressTemplate, {"type": "string"});
@@ -135,72 +130,45 @@ impl AddressTemplate {
     /// Parses `/text/{path}/text`: it must start with `/` or a placeholder, and its text
     /// may not hold spaces or `#*,?[]`.
     pub fn parse(text: &str) -> Result<AddressTemplate, String> {
-        let mut parts = Vec::new();
-        let mut rest = text;
-        while let Some(open) = rest.find('{') {
-            let Some(close) = rest[open..].find('}') else {
-                return Err(format!("`{text}`: a `{{` is not closed"));
-            };
-            if open > 0 {
-                parts.push(Part::Text(rest[..open].to_owned()));
-            }
-            let inner = &rest[open + 1..open + close];
-            let path = Path::parse(inner).map_err(|e| format!("`{text}`: {e}"))?;
-            parts.push(Part::Value(path));
-            rest = &rest[open + close + 1..];
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Text(rest.to_owned()));
-        }
-        match parts.first() {
+        let template = Template::parse(text).map_err(|e| format!("`{text}`: {e}"))?;
+        match template.parts().first() {
             None => return Err("the address is empty".into()),
-            Some(Part::Text(t)) if !t.starts_with('/') => {
+            Some(TemplatePart::Text(t)) if !t.starts_with('/') => {
                 return Err(format!("`{text}`: an OSC address starts with `/`"));
             }
             _ => {}
         }
-        for part in &parts {
-            if let Part::Text(t) = part
-                && let Some(c) = t.chars().find(|c| forbidden_in_address(*c))
-            {
-                return Err(format!(
-                    "`{text}`: `{}` has no place in an OSC address",
-                    c.escape_default()
-                ));
-            }
+        if let Some(c) = template
+            .texts()
+            .find_map(|t| t.chars().find(|c| forbidden_in_address(*c)))
+        {
+            return Err(format!(
+                "`{text}`: `{}` has no place in an OSC address",
+                c.escape_default()
+            ));
         }
-        Ok(AddressTemplate { parts })
+        Ok(AddressTemplate { template })
     }
 
     /// The address of `signal`, into `out`.
     pub fn render(&self, signal: &Signal, out: &mut String) -> Result<(), RenderError> {
         out.clear();
-        for part in &self.parts {
-            match part {
-                Part::Text(t) => out.push_str(t),
-                Part::Value(path) => {
-                    let text = match path.get(signal) {
-                        Some(found) if found.as_str().is_some() => {
-                            found.as_str().unwrap_or_default().to_owned()
-                        }
-                        Some(found) if !found.is_null() => found.to_value().to_string(),
-                        _ => {
-                            return Err(RenderError::Missing {
-                                path: path.as_str().to_owned(),
-                                role: "the address",
-                            });
-                        }
-                    };
-                    if text.is_empty() {
-                        out.push('_');
-                    }
-                    out.extend(
-                        text.chars()
-                            .map(|c| if forbidden_in_address(c) { '_' } else { c }),
-                    );
-                }
+        self.template.try_render(signal, out, |path, value, out| {
+            let Some(text) = value else {
+                return Err(RenderError::Missing {
+                    path: path.as_str().to_owned(),
+                    role: "the address",
+                });
+            };
+            if text.is_empty() {
+                out.push('_');
             }
-        }
+            out.extend(
+                text.chars()
+                    .map(|c| if forbidden_in_address(c) { '_' } else { c }),
+            );
+            Ok(())
+        })?;
         if !out.starts_with('/') {
             return Err(RenderError::Encode(EncodeError::BadAddress(out.clone())));
         }

@@ -178,36 +178,24 @@ impl OtlpDecoder {
     /// Decodes a logs export.
     pub fn logs(&mut self, logs: &Logs, out: &mut Vec<Decoded>) {
         self.note_cuts(logs.cuts);
-        for r in &logs.resources {
-            for s in &r.scopes {
-                for record in &s.items {
-                    self.log_record(&r.resource, &s.scope, record, out);
-                }
-            }
+        for (resource, scope, record) in logs.items() {
+            self.log_record(resource, scope, record, out);
         }
     }
 
     /// Decodes a traces export.
     pub fn traces(&mut self, traces: &Traces, out: &mut Vec<Decoded>) {
         self.note_cuts(traces.cuts);
-        for r in &traces.resources {
-            for s in &r.scopes {
-                for span in &s.items {
-                    self.span(&r.resource, &s.scope, span, out);
-                }
-            }
+        for (resource, scope, span) in traces.items() {
+            self.span(resource, scope, span, out);
         }
     }
 
     /// Decodes a metrics export.
     pub fn metrics(&mut self, metrics: &Metrics, out: &mut Vec<Decoded>) {
         self.note_cuts(metrics.cuts);
-        for r in &metrics.resources {
-            for s in &r.scopes {
-                for metric in &s.items {
-                    self.metric(&r.resource, &s.scope, metric, out);
-                }
-            }
+        for (resource, scope, metric) in metrics.items() {
+            self.metric(resource, scope, metric, out);
         }
     }
 
@@ -446,14 +434,7 @@ impl OtlpDecoder {
         // Any other event carrying a request's token counts.
         let (prompt, completion) = tokens_of(attrs)?;
         if !self.claim(&ctx.agent, &format!("event:{name}")) {
-            meta.insert(
-                "tokensCountedBy".into(),
-                self.claims
-                    .get(&ctx.agent)
-                    .cloned()
-                    .unwrap_or_default()
-                    .into(),
-            );
+            self.note_claimed(&ctx.agent, meta);
             return None;
         }
         let model = first_str(
@@ -578,14 +559,7 @@ impl OtlpDecoder {
                         .into_signal(source.as_str());
                         out.push(self.finish(&ctx, usage, meta.clone()));
                     } else {
-                        meta.insert(
-                            "tokensCountedBy".into(),
-                            self.claims
-                                .get(&ctx.agent)
-                                .cloned()
-                                .unwrap_or_default()
-                                .into(),
-                        );
+                        self.note_claimed(&ctx.agent, &mut meta);
                     }
                 }
                 let completion = Completion {
@@ -928,6 +902,13 @@ impl OtlpDecoder {
     }
 
     // ---- state -----------------------------------------------------------------------
+
+    /// Notes in `meta` which kind gives `agent`'s `token_usage`, where another one carried
+    /// token counts too (see [`claim`](Self::claim)).
+    fn note_claimed(&self, agent: &str, meta: &mut Object) {
+        let claimed = self.claims.get(agent).cloned().unwrap_or_default();
+        meta.insert("tokensCountedBy".into(), claimed.into());
+    }
 
     /// Whether `kind` (`event:NAME`, `span`) gives `agent`'s `token_usage`: the first kind
     /// that carried its token counts does, and no other. Token counts held from metrics

@@ -437,42 +437,37 @@ pub fn any_value(value: &Value) -> AnyValue {
 
 /// An `ExportLogsServiceRequest` as OTLP/JSON.
 pub fn logs_json(logs: &Logs) -> Vec<u8> {
-    let resources: Vec<Value> = logs
-        .resources
-        .iter()
-        .map(|r| {
-            json!({
-                "resource": {"attributes": attributes_json(&r.resource.attributes)},
-                "scopeLogs": r.scopes.iter().map(|s| json!({
-                    "scope": scope_json(&s.scope),
-                    "logRecords": s.items.iter().map(log_json).collect::<Vec<_>>(),
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    json!({ "resourceLogs": resources })
-        .to_string()
-        .into_bytes()
+    export_json(logs, ["resourceLogs", "scopeLogs", "logRecords"], log_json)
 }
 
 /// An `ExportTraceServiceRequest` as OTLP/JSON.
 pub fn traces_json(traces: &Traces) -> Vec<u8> {
-    let resources: Vec<Value> = traces
+    export_json(traces, ["resourceSpans", "scopeSpans", "spans"], span_json)
+}
+
+/// An export as OTLP/JSON: `keys` name its resources, a resource's scopes and a scope's
+/// items (`resourceLogs`, `scopeLogs`, `logRecords`).
+fn export_json<T>(export: &Export<T>, keys: [&str; 3], item_json: fn(&T) -> Value) -> Vec<u8> {
+    let [resources_key, scopes_key, items_key] = keys;
+    let resources: Vec<Value> = export
         .resources
         .iter()
         .map(|r| {
+            let scopes: Vec<Value> = r
+                .scopes
+                .iter()
+                .map(|s| {
+                    let items: Vec<Value> = s.items.iter().map(item_json).collect();
+                    json!({"scope": scope_json(&s.scope), items_key: items})
+                })
+                .collect();
             json!({
                 "resource": {"attributes": attributes_json(&r.resource.attributes)},
-                "scopeSpans": r.scopes.iter().map(|s| json!({
-                    "scope": scope_json(&s.scope),
-                    "spans": s.items.iter().map(span_json).collect::<Vec<_>>(),
-                })).collect::<Vec<_>>(),
+                scopes_key: scopes,
             })
         })
         .collect();
-    json!({ "resourceSpans": resources })
-        .to_string()
-        .into_bytes()
+    json!({ resources_key: resources }).to_string().into_bytes()
 }
 
 fn scope_json(scope: &Scope) -> Value {

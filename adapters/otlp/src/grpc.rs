@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 
-use crate::SignalKind;
+use crate::{SignalKind, protobuf};
 
 /// The gRPC status codes this adapter gives or reads by name.
 pub mod code {
@@ -416,15 +416,15 @@ enum Field<'a> {
 fn fields(mut bytes: &[u8]) -> Option<Vec<(u64, Field<'_>)>> {
     let mut out = Vec::new();
     while !bytes.is_empty() {
-        let key = read_varint(&mut bytes)?;
+        let key = protobuf::varint(&mut bytes)?;
         let value = match key & 7 {
-            0 => Field::Varint(read_varint(&mut bytes)?),
+            0 => Field::Varint(protobuf::varint(&mut bytes)?),
             1 => {
                 bytes = bytes.get(8..)?;
                 Field::Other
             }
             2 => {
-                let len = usize::try_from(read_varint(&mut bytes)?).ok()?;
+                let len = usize::try_from(protobuf::varint(&mut bytes)?).ok()?;
                 let (value, rest) = (bytes.get(..len)?, bytes.get(len..)?);
                 bytes = rest;
                 Field::Bytes(value)
@@ -438,19 +438,6 @@ fn fields(mut bytes: &[u8]) -> Option<Vec<(u64, Field<'_>)>> {
         out.push((key >> 3, value));
     }
     Some(out)
-}
-
-fn read_varint(bytes: &mut &[u8]) -> Option<u64> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&b, rest) = bytes.split_first()?;
-        *bytes = rest;
-        value |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(value);
-        }
-    }
-    None
 }
 
 #[cfg(test)]

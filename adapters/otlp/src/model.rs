@@ -76,6 +76,20 @@ pub struct Limits {
     pub max_items: usize,
 }
 
+impl Limits {
+    /// Counts one more record of an export being read, `taken` so far: `false` (and
+    /// counted in `cuts`) beyond `max_items`.
+    pub(crate) fn take_item(&self, taken: &mut usize, cuts: &mut Cuts) -> bool {
+        if *taken >= self.max_items {
+            cuts.items += 1;
+            false
+        } else {
+            *taken += 1;
+            true
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -384,6 +398,19 @@ impl<T> Default for Export<T> {
     }
 }
 
+impl<T> Export<T> {
+    /// Each item with its resource and scope, in the order sent.
+    pub fn items(&self) -> impl Iterator<Item = (&Scope, &Scope, &T)> {
+        self.resources.iter().flat_map(|r| {
+            r.scopes.iter().flat_map(move |s| {
+                s.items
+                    .iter()
+                    .map(move |item| (&r.resource, &s.scope, item))
+            })
+        })
+    }
+}
+
 /// An `ExportLogsServiceRequest`.
 pub type Logs = Export<LogRecord>;
 /// An `ExportTraceServiceRequest`.
@@ -584,13 +611,7 @@ impl JsonReader<'_> {
 
     /// Counts one more record; `false` (and counted as cut) beyond `max_items`.
     fn take_item(&mut self) -> bool {
-        if self.items >= self.limits.max_items {
-            self.cuts.items += 1;
-            false
-        } else {
-            self.items += 1;
-            true
-        }
+        self.limits.take_item(&mut self.items, &mut self.cuts)
     }
 
     fn scope(&mut self, obj: &Map<String, Value>, path: &str) -> Result<Scope, ModelError> {

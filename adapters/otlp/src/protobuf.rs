@@ -151,14 +151,9 @@ impl Reader<'_> {
         Ok(())
     }
 
+    /// Counts one more record; `false` (and counted as cut) beyond `max_items`.
     fn take_item(&mut self) -> bool {
-        if self.items >= self.limits.max_items {
-            self.cuts.items += 1;
-            false
-        } else {
-            self.items += 1;
-            true
-        }
+        self.limits.take_item(&mut self.items, &mut self.cuts)
     }
 
     /// `resource_*` (1) → resource (1), `scope_*` (2) → scope (1), items (2).
@@ -501,8 +496,9 @@ fn id(bytes: &[u8]) -> Option<String> {
     (!bytes.is_empty() && bytes.len() <= 32 && bytes.iter().any(|b| *b != 0)).then(|| hex_of(bytes))
 }
 
-/// Reads a varint (at most 10 bytes) off the front of `bytes`.
-fn varint(bytes: &mut &[u8]) -> Option<u64> {
+/// Reads a varint (at most 10 bytes) off the front of `bytes` (left as it was when there
+/// is none).
+pub(crate) fn varint(bytes: &mut &[u8]) -> Option<u64> {
     let mut value: u64 = 0;
     for (i, b) in bytes.iter().enumerate().take(10) {
         value |= u64::from(b & 0x7f) << (7 * i);

@@ -118,16 +118,16 @@ pub struct OtlpConfig {
     /// How long a client may take to send a request's head, in ms (from the connection's
     /// start, then from the first byte of each next request; on `grpc_listen`, the
     /// connection's first request); past it the connection is closed. From 1 to 86400000 (one day). Default 10000.
-    #[serde(default = "default_header_timeout_ms")]
+    #[serde(default = "listen::default_header_timeout_ms")]
     pub header_timeout_ms: u64,
     /// How long a keep-alive connection may wait for its next request, in ms, before it is
     /// closed. From 1 to 86400000. Default 60000.
-    #[serde(default = "default_idle_timeout_ms")]
+    #[serde(default = "listen::default_idle_timeout_ms")]
     pub idle_timeout_ms: u64,
     /// How many connections may be open at once on each of `listen` and `grpc_listen`;
     /// beyond it a new one gets 503 (gRPC: a `GOAWAY`) and is closed at once, counted as
     /// `too_many_connections`. From 1 to 1000000. Default 1024.
-    #[serde(default = "default_max_connections")]
+    #[serde(default = "listen::default_max_connections")]
     pub max_connections: usize,
 }
 
@@ -143,16 +143,6 @@ fn default_max_body() -> usize {
 fn default_ingest_timeout_ms() -> u64 {
     5000
 }
-fn default_header_timeout_ms() -> u64 {
-    listen::DEFAULT_HEADER_TIMEOUT_MS
-}
-fn default_idle_timeout_ms() -> u64 {
-    listen::DEFAULT_IDLE_TIMEOUT_MS
-}
-fn default_max_connections() -> usize {
-    listen::DEFAULT_MAX_CONNECTIONS
-}
-
 /// Checked options: what the running receiver uses.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -430,19 +420,7 @@ async fn flush(shared: &Shared) -> Result<(), ()> {
 
 /// Decoders' outcomes as signals, bad input counted.
 fn counted(cx: &SourceContext, out: Vec<Decoded>) -> Vec<SharedSignal> {
-    out.into_iter()
-        .map(|d| {
-            if let Decoded::BadInput(s) = &d {
-                let why = s
-                    .payload
-                    .get("message")
-                    .and_then(|m| m.as_str())
-                    .unwrap_or("bad input");
-                cx.stats().bad_input(why.to_owned());
-            }
-            Arc::new(d.into_signal())
-        })
-        .collect()
+    out.into_iter().map(|d| Arc::new(cx.counted(d))).collect()
 }
 
 /// What became of an export handed to [`ingest`].

@@ -73,17 +73,17 @@ pub struct LlmConfig {
     /// Proxy: how long a client may take to send a request's head, in ms (from the
     /// connection's start, then from the first byte of each next request); past it the
     /// connection is closed. From 1 to 86400000 (one day). Default 10000.
-    #[serde(default = "default_header_timeout_ms")]
+    #[serde(default = "listen::default_header_timeout_ms")]
     pub header_timeout_ms: u64,
     /// Proxy: how long a keep-alive connection may wait for its next request, in ms,
     /// before it is closed (a stream being relayed is not idle). From 1 to 86400000.
     /// Default 60000.
-    #[serde(default = "default_idle_timeout_ms")]
+    #[serde(default = "listen::default_idle_timeout_ms")]
     pub idle_timeout_ms: u64,
     /// Proxy: how many client connections may be open at once; beyond it a new one gets
     /// 503 and is closed at once, counted as `too_many_connections`. From 1 to 1000000.
     /// Default 1024.
-    #[serde(default = "default_max_connections")]
+    #[serde(default = "listen::default_max_connections")]
     pub max_connections: usize,
 }
 
@@ -97,16 +97,6 @@ const PROXY_KEYS: [&str; 7] = [
     "idle_timeout_ms",
     "max_connections",
 ];
-
-fn default_header_timeout_ms() -> u64 {
-    listen::DEFAULT_HEADER_TIMEOUT_MS
-}
-fn default_idle_timeout_ms() -> u64 {
-    listen::DEFAULT_IDLE_TIMEOUT_MS
-}
-fn default_max_connections() -> usize {
-    listen::DEFAULT_MAX_CONNECTIONS
-}
 
 fn default_health_interval_ms() -> u64 {
     30_000

@@ -304,8 +304,9 @@ impl SourceContext {
         self.emit_batch(&mut signals).await
     }
 
-    /// A decoder's outcome as the signal to emit, bad input counted.
-    fn counted(&self, decoded: Decoded) -> Signal {
+    /// A decoder's outcome as the signal to emit, bad input counted (with the `message`
+    /// of its `error` signal as the reason): for a source that gathers its own batches.
+    pub fn counted(&self, decoded: Decoded) -> Signal {
         if let Decoded::BadInput(s) = &decoded {
             let reason = s
                 .payload

@@ -75,17 +75,17 @@ pub struct SidecarConfig {
     /// in ms, counted from the connection's start for its first request and from the
     /// first byte of each next one; past it the connection is closed (a slowloris client
     /// holds nothing for long). From 1 to 86400000 (one day).
-    #[serde(default = "default_header_timeout_ms")]
+    #[serde(default = "listen::default_header_timeout_ms")]
     pub header_timeout_ms: u64,
     /// How long a keep-alive connection may wait for its next request, in ms, before it
     /// is closed. WebSocket and SSE streams are never idle: this does not cut them. From
     /// 1 to 86400000 (one day).
-    #[serde(default = "default_idle_timeout_ms")]
+    #[serde(default = "listen::default_idle_timeout_ms")]
     pub idle_timeout_ms: u64,
     /// How many connections (WebSocket and SSE clients included) may be open at once;
     /// beyond it a new one gets 503 and is closed at once, counted as
     /// `too_many_connections`. From 1 to 1000000.
-    #[serde(default = "default_max_connections")]
+    #[serde(default = "listen::default_max_connections")]
     pub max_connections: usize,
 }
 
@@ -117,16 +117,6 @@ fn default_max_frame() -> usize {
 fn default_ingest_timeout_ms() -> u64 {
     5000
 }
-fn default_header_timeout_ms() -> u64 {
-    listen::DEFAULT_HEADER_TIMEOUT_MS
-}
-fn default_idle_timeout_ms() -> u64 {
-    listen::DEFAULT_IDLE_TIMEOUT_MS
-}
-fn default_max_connections() -> usize {
-    listen::DEFAULT_MAX_CONNECTIONS
-}
-
 impl Default for SidecarConfig {
     fn default() -> Self {
         SidecarConfig {
@@ -140,9 +130,9 @@ impl Default for SidecarConfig {
             max_frame: default_max_frame(),
             ingest_timeout_ms: default_ingest_timeout_ms(),
             allowed_hosts: None,
-            header_timeout_ms: default_header_timeout_ms(),
-            idle_timeout_ms: default_idle_timeout_ms(),
-            max_connections: default_max_connections(),
+            header_timeout_ms: listen::default_header_timeout_ms(),
+            idle_timeout_ms: listen::default_idle_timeout_ms(),
+            max_connections: listen::default_max_connections(),
         }
     }
 }
@@ -192,6 +182,12 @@ impl BadSetting {
             key,
             message: message.into(),
         }
+    }
+
+    /// An error in entry `i` of the list option `key`, named by `keys` (`KEY.N`) for the
+    /// first entries and by the key beyond them.
+    fn entry(keys: &[&'static str], key: &'static str, i: usize, message: String) -> BadSetting {
+        BadSetting::new(keys.get(i).copied().unwrap_or(key), message)
     }
 }
 
@@ -253,18 +249,12 @@ impl Settings {
         }
         if let Some(origins) = &config.allowed_origins {
             Origins::check_list(origins).map_err(|(i, message)| {
-                BadSetting::new(
-                    ORIGIN_KEYS.get(i).copied().unwrap_or("allowed_origins"),
-                    message,
-                )
+                BadSetting::entry(&ORIGIN_KEYS, "allowed_origins", i, message)
             })?;
         }
         if let Some(hosts) = &config.allowed_hosts {
             listen::check_hosts(hosts).map_err(|(i, message)| {
-                BadSetting::new(
-                    HOST_KEYS.get(i).copied().unwrap_or("allowed_hosts"),
-                    message,
-                )
+                BadSetting::entry(&HOST_KEYS, "allowed_hosts", i, message)
             })?;
         }
         let limits = Limits::check(

@@ -21,6 +21,21 @@ pub trait StreamDecoder: Send {
 /// longer one is reported and skipped.
 pub const DEFAULT_MAX_LINE: usize = 16 << 20;
 
+/// Bytes as lowercase hex pairs separated by spaces (`90 3c 64`): how a binary decoder
+/// shows the bytes of a message in a signal, and the text `patchbay parse` reads back.
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 3);
+    for (i, byte) in bytes.iter().enumerate() {
+        if i > 0 {
+            text.push(' ');
+        }
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
 /// Splits a byte stream into lines (`\n`, with an optional `\r` before it) of at most
 /// `max` bytes, keeping a partial last line until more bytes or the end arrive. A longer
 /// line is reported once, as soon as it passes the limit (its newline may be far away),
@@ -409,6 +424,13 @@ pub fn recorded_line(value: Value) -> RecordedLine {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn hex_is_spaced_lowercase() {
+        assert_eq!(to_hex(&[0x90, 0x3c, 0x0a, 0xff]), "90 3c 0a ff");
+        assert_eq!(to_hex(&[0x2f]), "2f");
+        assert_eq!(to_hex(&[]), "");
+    }
 
     #[test]
     fn lines_split_anywhere_and_last_line_is_kept() {

@@ -6,7 +6,8 @@
 //! `metadata`, `payload`). This crate holds the envelope, the typed payloads of the
 //! well-known types and their validation ([`well_known`]), the generic JSON decoder that
 //! turns any envelope-ish JSON into a valid signal ([`normalize`]), dot paths into a signal
-//! ([`path`]) and the id and clock helpers. It does no I/O.
+//! ([`path`]), text templates with `{path}` placeholders ([`template`]) and the id and clock
+//! helpers. It does no I/O.
 
 pub mod control;
 pub mod decode;
@@ -16,6 +17,7 @@ pub mod partial_usage;
 pub mod path;
 pub mod payload;
 mod small_string;
+pub mod template;
 pub mod well_known;
 
 use std::sync::Arc;

@@ -655,6 +655,48 @@ pub fn bad_input_signal(source: &str, timestamp: i64, raw: &str, message: &str) 
     .with_meta("raw", truncate(raw, RAW_KEEP))
 }
 
+/// `text` parsed as JSON; text that is not JSON is reported in `out`, as the bad input
+/// of `source` at `timestamp` that says why (see [`bad_input_signal`]).
+pub fn json_or_report(
+    text: &str,
+    source: &str,
+    timestamp: i64,
+    out: &mut Vec<Decoded>,
+) -> Option<Value> {
+    match serde_json::from_str(text) {
+        Ok(value) => Some(value),
+        Err(err) => {
+            let message = format!("not JSON: {err}");
+            out.push(Decoded::BadInput(bad_input_signal(
+                source, timestamp, text, &message,
+            )));
+            None
+        }
+    }
+}
+
+/// `value` as a JSON object; another value is reported in `out`, as the bad input of
+/// `source` at `timestamp` that says it is not one (see [`bad_input_signal`]).
+pub fn object_or_report(
+    value: Value,
+    source: &str,
+    timestamp: i64,
+    out: &mut Vec<Decoded>,
+) -> Option<Object> {
+    match value {
+        Value::Object(object) => Some(object),
+        other => {
+            out.push(Decoded::BadInput(bad_input_signal(
+                source,
+                timestamp,
+                &other.to_string(),
+                "not a JSON object",
+            )));
+            None
+        }
+    }
+}
+
 /// In tests: the same variant, and the same text (a kept one) or tree.
 #[cfg(test)]
 impl PartialEq for ObjectField {

@@ -88,19 +88,4 @@ pub fn assert_schema_valid(signal: &Value) {
 }
 
 /// The well-known types: signals of these must always validate.
-pub const WELL_KNOWN: [&str; 14] = [
-    "task_dispatch",
-    "tool_call",
-    "tool_result",
-    "token_usage",
-    "agent_state_change",
-    "error",
-    "completion",
-    "text_delta",
-    "thinking",
-    "user.click",
-    "user.move",
-    "user.zone",
-    "user.command",
-    "user.point",
-];
+pub use patchbay_signal::well_known::WELL_KNOWN_TYPES as WELL_KNOWN;

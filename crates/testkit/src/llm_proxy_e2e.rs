@@ -365,29 +365,22 @@ pub async fn http(
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect");
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
+    let headers: Vec<(&str, &str)> = [("content-type", "application/json")]
+        .into_iter()
+        .chain(headers.iter().copied())
+        .collect();
+    let mut request = crate::process::request_head(
+        method,
+        path,
+        &format!("127.0.0.1:{port}"),
+        &headers,
+        body.len(),
     );
-    for (k, v) in headers {
-        request.push_str(&format!("{k}: {v}\r\n"));
-    }
-    request.push_str("\r\n");
     request.push_str(body);
     stream.write_all(request.as_bytes()).await.expect("write");
     let mut response = Vec::new();
     let _ = tokio::time::timeout(GUARD, stream.read_to_end(&mut response)).await;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_owned();
-    (status, body)
+    crate::process::status_and_body(&response)
 }
 
 /// Starts a streaming request on the proxy, reads the first body bytes, then hangs up.
@@ -681,18 +674,6 @@ pub fn read_signals(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-const WELL_KNOWN: [&str; 9] = [
-    "task_dispatch",
-    "tool_call",
-    "tool_result",
-    "token_usage",
-    "agent_state_change",
-    "error",
-    "completion",
-    "text_delta",
-    "thinking",
-];
-
 /// The signals of the request whose `task_dispatch` went to `model`.
 fn request_signals<'a>(signals: &'a [Value], model: &str) -> Vec<&'a Value> {
     let dispatch = signals
@@ -720,7 +701,7 @@ fn request_signals<'a>(signals: &'a [Value], model: &str) -> Vec<&'a Value> {
 fn check_signals(signals: &[Value], calls: &[Call], faults: &[(&str, String, &str, Value)]) {
     assert!(!signals.is_empty(), "patchbay wrote no signal");
     for s in signals {
-        if WELL_KNOWN.contains(&s["type"].as_str().unwrap_or_default()) {
+        if crate::WELL_KNOWN.contains(&s["type"].as_str().unwrap_or_default()) {
             crate::assert_schema_valid(s);
         }
         // No API key ever reaches a signal.

@@ -89,19 +89,37 @@ pub fn http(
 ) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        request.push_str(&format!("{k}: {v}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes())?;
+    let head = request_head(method, path, &addr.to_string(), headers, body.len());
+    stream.write_all(head.as_bytes())?;
     stream.write_all(body)?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response).into_owned();
+    Ok(status_and_body(&response))
+}
+
+/// The head of an HTTP/1.1 request with `Connection: close` and a body of `body_len`
+/// bytes, ending with its blank line.
+pub fn request_head(
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body_len: usize,
+) -> String {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {body_len}\r\n"
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
+}
+
+/// The status and the body of a whole HTTP/1.1 response read to its end (status 0 when
+/// there is none, the body empty when there is no blank line).
+pub fn status_and_body(response: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(response);
     let status = text
         .split(' ')
         .nth(1)
@@ -111,7 +129,7 @@ pub fn http(
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
-    Ok((status, body))
+    (status, body)
 }
 
 /// Polls `check` until it returns `Some` (every 25 ms); panics with `what` after a

@@ -63,6 +63,22 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// The largest `max_connections`.
 pub const MAX_CONNECTIONS_LIMIT: usize = 1_000_000;
 
+/// [`DEFAULT_HEADER_TIMEOUT_MS`], for a listening component's options
+/// (`#[serde(default = "listen::default_header_timeout_ms")]`).
+pub fn default_header_timeout_ms() -> u64 {
+    DEFAULT_HEADER_TIMEOUT_MS
+}
+
+/// [`DEFAULT_IDLE_TIMEOUT_MS`], for a listening component's options.
+pub fn default_idle_timeout_ms() -> u64 {
+    DEFAULT_IDLE_TIMEOUT_MS
+}
+
+/// [`DEFAULT_MAX_CONNECTIONS`], for a listening component's options.
+pub fn default_max_connections() -> usize {
+    DEFAULT_MAX_CONNECTIONS
+}
+
 /// What a connection refused for the cap is told before it is closed.
 const TOO_MANY: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
