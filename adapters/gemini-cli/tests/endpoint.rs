@@ -239,11 +239,6 @@ fn unknown_keys_are_refused_with_a_suggestion() {
             .any(|e| e.to_string().contains("did you mean `listen`")),
         "{errors:?}"
     );
-    // `patchbay hooks` reads the config with serde alone: unknown keys refused there too.
-    let parsed = serde_json::from_value::<patchbay_gemini_cli::GeminiCliConfig>(
-        json!({"listen": "127.0.0.1:1", "lisen": "x"}),
-    );
-    assert!(parsed.is_err(), "{parsed:?}");
     let checked = serde_json::from_value::<patchbay_gemini_cli::GeminiCliConfig>(json!({}))
         .expect("all defaults")
         .check()

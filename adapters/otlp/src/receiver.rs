@@ -51,7 +51,8 @@ use patchbay_graph::{
 use patchbay_server::parse_listen;
 use patchbay_signal::SharedSignal;
 use patchbay_signal::normalize::Decoded;
-use patchbay_transport::listen::{self, Access, Limits, Listener, Origins};
+use patchbay_transport::known_keys;
+use patchbay_transport::listen::{self, Access, Limits, Listener, ListenerOptions, Origins};
 use serde::Deserialize;
 use tokio::sync::{Mutex, watch};
 
@@ -78,8 +79,9 @@ const JSON: &str = "application/json";
 /// JSON; gzip or deflate) and OTLP/gRPC on `grpc_listen` (the three `Export` services;
 /// gzip). Point an exporter's `OTEL_EXPORTER_OTLP_ENDPOINT` at `http://LISTEN` for
 /// `http/protobuf` and `http/json`, at `http://GRPC_LISTEN` for `grpc`.
+// Not `deny_unknown_fields`: it does not work through `flatten`; `build_source` refuses
+// unknown keys.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct OtlpConfig {
     /// `IP:PORT` to serve OTLP/HTTP on (`localhost:PORT` means `127.0.0.1:PORT`). Default
     /// `127.0.0.1:4318`, OTLP/HTTP's port. Not on loopback, a `token` is required.
@@ -87,8 +89,8 @@ pub struct OtlpConfig {
     pub listen: String,
     /// `IP:PORT` to serve OTLP/gRPC on (HTTP/2 without TLS), or `""` for no gRPC.
     /// Default `127.0.0.1:4317`, OTLP/gRPC's port. Not on loopback, a `token` is required.
-    /// The token, `allowed_hosts`, `max_body`, `ingest_timeout_ms` and the connection
-    /// bounds apply to it as to `listen`.
+    /// The token, `max_body`, `ingest_timeout_ms` and the listener options apply to it as
+    /// to `listen`.
     #[serde(default = "default_grpc_listen")]
     pub grpc_listen: String,
     /// Bearer token exporters must send (`Authorization: Bearer …`; set it with
@@ -109,26 +111,10 @@ pub struct OtlpConfig {
     /// day). Default 5000.
     #[serde(default = "default_ingest_timeout_ms")]
     pub ingest_timeout_ms: u64,
-    /// Host names the receiver answers to besides `localhost`, `127.0.0.1` and `[::1]`
-    /// (any port); `["*"]` for any. Absent: a loopback `listen` answers only to the
-    /// loopback names, any other `listen` to any host. A request naming another host gets
-    /// 403; one with an `Origin` (a web page) always does.
-    #[serde(default)]
-    pub allowed_hosts: Option<Vec<String>>,
-    /// How long a client may take to send a request's head, in ms (from the connection's
-    /// start, then from the first byte of each next request; on `grpc_listen`, the
-    /// connection's first request); past it the connection is closed. From 1 to 86400000 (one day). Default 10000.
-    #[serde(default = "listen::default_header_timeout_ms")]
-    pub header_timeout_ms: u64,
-    /// How long a keep-alive connection may wait for its next request, in ms, before it is
-    /// closed. From 1 to 86400000. Default 60000.
-    #[serde(default = "listen::default_idle_timeout_ms")]
-    pub idle_timeout_ms: u64,
-    /// How many connections may be open at once on each of `listen` and `grpc_listen`;
-    /// beyond it a new one gets 503 (gRPC: a `GOAWAY`) and is closed at once, counted as
-    /// `too_many_connections`. From 1 to 1000000. Default 1024.
-    #[serde(default = "listen::default_max_connections")]
-    pub max_connections: usize,
+    /// `allowed_hosts`, `header_timeout_ms`, `idle_timeout_ms`, `max_connections`: as
+    /// every listener's, on `listen` and `grpc_listen` alike.
+    #[serde(flatten)]
+    pub listener: ListenerOptions,
 }
 
 fn default_listen() -> String {
@@ -223,27 +209,21 @@ impl OtlpConfig {
                 format!("must be at most {MAX_DURATION_MS}"),
             ));
         }
-        if let Some(hosts) = &self.allowed_hosts {
-            listen::check_hosts(hosts).map_err(|(_, message)| ("allowed_hosts", message))?;
-        }
-        let limits = Limits::check(
-            self.header_timeout_ms,
-            self.idle_timeout_ms,
-            self.max_connections,
-        )?;
+        let limits = self.listener.check()?;
         Ok(Settings {
             listen,
             grpc_listen,
             token: self.token,
             max_body: self.max_body,
             ingest_timeout: Duration::from_millis(self.ingest_timeout_ms),
-            allowed_hosts: self.allowed_hosts,
+            allowed_hosts: self.listener.allowed_hosts,
             limits,
         })
     }
 }
 
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
+    options.refuse_unknown_keys(known_keys::<OtlpConfig>().iter().map(String::as_str))?;
     let config: OtlpConfig = options.parse()?;
     options.check_range("max_body", config.max_body, 1..=MAX_BODY_LIMIT)?;
     options.check_range(

@@ -4,7 +4,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{Diagnostic, Options};
-use patchbay_transport::listen::{self, Limits};
+use patchbay_transport::known_keys;
+use patchbay_transport::listen::{Limits, ListenerOptions};
 use serde::Deserialize;
 
 pub use patchbay_graph::config::Secret;
@@ -28,8 +29,9 @@ pub enum Mode {
 /// their own keys, which pass through), and the listener's `allowed_hosts`,
 /// `header_timeout_ms`, `idle_timeout_ms`, `max_connections`. Prompt mode (under `[outputs]`): `url`,
 /// `model`, `api_key`, `max_tokens`, `system`, `timeout_ms`.
+// Not `deny_unknown_fields`: it does not work through `flatten`; `LlmConfig::parse`
+// refuses unknown keys.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct LlmConfig {
     /// `"proxy"` (default) or `"prompt"`.
     #[serde(default)]
@@ -64,27 +66,10 @@ pub struct LlmConfig {
     /// Prompt: an optional system prompt.
     #[serde(default)]
     pub system: Option<String>,
-    /// Proxy: host names the proxy answers to besides `localhost`, `127.0.0.1` and
-    /// `[::1]` (any port), e.g. a container's name for the host; `["*"]` for any. A
-    /// request naming another host gets 403 (a web page cannot reach the proxy through
-    /// DNS rebinding).
-    #[serde(default)]
-    pub allowed_hosts: Option<Vec<String>>,
-    /// Proxy: how long a client may take to send a request's head, in ms (from the
-    /// connection's start, then from the first byte of each next request); past it the
-    /// connection is closed. From 1 to 86400000 (one day). Default 10000.
-    #[serde(default = "listen::default_header_timeout_ms")]
-    pub header_timeout_ms: u64,
-    /// Proxy: how long a keep-alive connection may wait for its next request, in ms,
-    /// before it is closed (a stream being relayed is not idle). From 1 to 86400000.
-    /// Default 60000.
-    #[serde(default = "listen::default_idle_timeout_ms")]
-    pub idle_timeout_ms: u64,
-    /// Proxy: how many client connections may be open at once; beyond it a new one gets
-    /// 503 and is closed at once, counted as `too_many_connections`. From 1 to 1000000.
-    /// Default 1024.
-    #[serde(default = "listen::default_max_connections")]
-    pub max_connections: usize,
+    /// Proxy: `allowed_hosts`, `header_timeout_ms`, `idle_timeout_ms`,
+    /// `max_connections`, as every listener's (a stream being relayed is never idle).
+    #[serde(flatten)]
+    pub listener: ListenerOptions,
 }
 
 /// The options only proxy mode has (prompt mode refuses them).
@@ -109,9 +94,15 @@ fn default_max_tokens() -> u32 {
 }
 
 impl LlmConfig {
+    /// The options as written, unknown keys refused.
+    fn parse(options: &Options<'_>) -> Result<LlmConfig, Diagnostic> {
+        options.refuse_unknown_keys(known_keys::<LlmConfig>().iter().map(String::as_str))?;
+        options.parse()
+    }
+
     /// Parses and checks the options of a proxy-mode source (no I/O).
     pub fn proxy_from_options(options: &Options<'_>) -> Result<ProxyConfig, Diagnostic> {
-        let config: LlmConfig = options.parse()?;
+        let config = LlmConfig::parse(options)?;
         if config.mode != Mode::Proxy {
             return Err(options.error_at(
                 "mode",
@@ -146,30 +137,24 @@ impl LlmConfig {
             return Err(options.error_at("timeout_ms", "must be positive"));
         }
         options.check_range("timeout_ms", config.timeout_ms, 1..=MAX_DURATION_MS)?;
-        if let Some(hosts) = &config.allowed_hosts {
-            listen::check_hosts(hosts)
-                .map_err(|(_, message)| options.error_at("allowed_hosts", message))?;
-        }
-        let limits = Limits::from_options(
-            options,
-            config.header_timeout_ms,
-            config.idle_timeout_ms,
-            config.max_connections,
-        )?;
+        let limits = config
+            .listener
+            .check()
+            .map_err(|(key, message)| options.error_at(key, message))?;
         Ok(ProxyConfig {
             listen,
             upstream,
             health_interval_ms: config.health_interval_ms,
             timeout_ms: config.timeout_ms,
             api_key: config.api_key,
-            allowed_hosts: config.allowed_hosts,
+            allowed_hosts: config.listener.allowed_hosts,
             limits,
         })
     }
 
     /// Parses and checks the options of a prompt-mode output (no I/O).
     pub fn prompt_from_options(options: &Options<'_>) -> Result<PromptConfig, Diagnostic> {
-        let config: LlmConfig = options.parse()?;
+        let config = LlmConfig::parse(options)?;
         if config.mode != Mode::Prompt {
             return Err(options.error_at(
                 "mode",

@@ -15,6 +15,11 @@ use crate::{EndpointOptions, HookAgent, Settings, serve};
 /// Parses and checks an agent's options ([`EndpointOptions`]); an error points at the key
 /// at fault.
 pub fn parse_settings<A: HookAgent>(options: &Options<'_>) -> Result<Settings, Diagnostic> {
+    options.refuse_unknown_keys(
+        patchbay_transport::known_keys::<EndpointOptions<A>>()
+            .iter()
+            .map(String::as_str),
+    )?;
     let config: EndpointOptions<A> = options.parse()?;
     config
         .check()

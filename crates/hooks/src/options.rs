@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use patchbay_graph::approvals::GateConfig;
 use patchbay_server::{Secret, parse_listen};
-use patchbay_transport::listen::{self, Limits};
+use patchbay_transport::listen::{Limits, ListenerOptions};
 use serde::Deserialize;
 
 use crate::HOOK_PATH;
@@ -13,23 +13,6 @@ use crate::HOOK_PATH;
 /// The defaults of the options every agent's config struct shares (for `#[serde(default =
 /// "…")]`).
 pub mod defaults {
-    use patchbay_transport::listen;
-
-    /// How long a client may take to send a request's head, in ms.
-    pub fn header_timeout_ms() -> u64 {
-        listen::DEFAULT_HEADER_TIMEOUT_MS
-    }
-
-    /// How long a keep-alive connection may wait for its next request, in ms.
-    pub fn idle_timeout_ms() -> u64 {
-        listen::DEFAULT_IDLE_TIMEOUT_MS
-    }
-
-    /// How many connections may be open at once.
-    pub fn max_connections() -> usize {
-        listen::DEFAULT_MAX_CONNECTIONS
-    }
-
     /// The largest hook body accepted: 8 MiB (a file write carries the whole file).
     pub fn max_body() -> usize {
         8 << 20
@@ -52,7 +35,9 @@ fn default_listen<D: EndpointDefaults>() -> String {
 /// cannot drift apart; the default `listen` is the agent's (`D`). Parse it with
 /// [`crate::parse_settings`].
 #[derive(Deserialize, schemars::JsonSchema)]
-#[serde(bound = "", deny_unknown_fields)]
+// Not `deny_unknown_fields`: it does not work through `flatten`; `parse_settings` refuses
+// unknown keys.
+#[serde(bound = "")]
 #[schemars(bound = "D: EndpointDefaults", rename = "EndpointOptions")]
 pub struct EndpointOptions<D: EndpointDefaults> {
     /// `IP:PORT` to listen on (`localhost:PORT` means `127.0.0.1:PORT`); each agent has
@@ -73,26 +58,10 @@ pub struct EndpointOptions<D: EndpointDefaults> {
     /// CLI's `BeforeModel` the whole conversation). Default 8 MiB.
     #[serde(default = "defaults::max_body")]
     pub max_body: usize,
-    /// Host names the endpoint answers to besides `localhost`, `127.0.0.1` and `[::1]`
-    /// (any port); `["*"]` for any. Absent: a loopback `listen` answers only to the
-    /// loopback names (the hooks post to `http://127.0.0.1:PORT/hook`), any other `listen`
-    /// to any host. A request naming another host gets 403; one with an `Origin` (a web
-    /// page) always does.
-    #[serde(default)]
-    pub allowed_hosts: Option<Vec<String>>,
-    /// How long a client may take to send a request's head, in ms (from the connection's
-    /// start, then from the first byte of each next request); past it the connection is
-    /// closed. From 1 to 86400000 (one day). Default 10000.
-    #[serde(default = "defaults::header_timeout_ms")]
-    pub header_timeout_ms: u64,
-    /// How long a keep-alive connection may wait for its next request, in ms, before it is
-    /// closed (a call held by the gate is not idle). From 1 to 86400000. Default 60000.
-    #[serde(default = "defaults::idle_timeout_ms")]
-    pub idle_timeout_ms: u64,
-    /// How many connections may be open at once; beyond it a new one gets 503 and is
-    /// closed at once, counted as `too_many_connections`. From 1 to 1000000. Default 1024.
-    #[serde(default = "defaults::max_connections")]
-    pub max_connections: usize,
+    /// `allowed_hosts`, `header_timeout_ms`, `idle_timeout_ms`, `max_connections`: as
+    /// every listener's (a call held by the gate is never idle).
+    #[serde(flatten)]
+    pub listener: ListenerOptions,
     #[serde(skip)]
     #[schemars(skip)]
     agent: PhantomData<fn() -> D>,
@@ -106,10 +75,7 @@ impl<D: EndpointDefaults> Clone for EndpointOptions<D> {
             token: self.token.clone(),
             gate: self.gate.clone(),
             max_body: self.max_body,
-            allowed_hosts: self.allowed_hosts.clone(),
-            header_timeout_ms: self.header_timeout_ms,
-            idle_timeout_ms: self.idle_timeout_ms,
-            max_connections: self.max_connections,
+            listener: self.listener.clone(),
             agent: PhantomData,
         }
     }
@@ -122,10 +88,7 @@ impl<D: EndpointDefaults> std::fmt::Debug for EndpointOptions<D> {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("gate", &self.gate)
             .field("max_body", &self.max_body)
-            .field("allowed_hosts", &self.allowed_hosts)
-            .field("header_timeout_ms", &self.header_timeout_ms)
-            .field("idle_timeout_ms", &self.idle_timeout_ms)
-            .field("max_connections", &self.max_connections)
+            .field("listener", &self.listener)
             .finish()
     }
 }
@@ -138,10 +101,7 @@ impl<D: EndpointDefaults> EndpointOptions<D> {
             token: None,
             gate: None,
             max_body: defaults::max_body(),
-            allowed_hosts: None,
-            header_timeout_ms: defaults::header_timeout_ms(),
-            idle_timeout_ms: defaults::idle_timeout_ms(),
-            max_connections: defaults::max_connections(),
+            listener: ListenerOptions::default(),
             agent: PhantomData,
         }
     }
@@ -206,20 +166,13 @@ impl Settings {
         if options.max_body == 0 {
             return Err(("max_body", "must be at least 1 byte".into()));
         }
-        if let Some(hosts) = &options.allowed_hosts {
-            listen::check_hosts(hosts).map_err(|(_, message)| ("allowed_hosts", message))?;
-        }
-        let limits = Limits::check(
-            options.header_timeout_ms,
-            options.idle_timeout_ms,
-            options.max_connections,
-        )?;
+        let limits = options.listener.check()?;
         Ok(Settings {
             listen,
             token: options.token,
             gate: options.gate,
             max_body: options.max_body,
-            allowed_hosts: options.allowed_hosts,
+            allowed_hosts: options.listener.allowed_hosts,
             limits,
         })
     }

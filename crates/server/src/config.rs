@@ -4,15 +4,17 @@ use std::net::SocketAddr;
 
 use patchbay_graph::config::{MAX_DURATION_MS, MAX_QUEUE};
 use patchbay_graph::{Diagnostic, Options};
-use patchbay_transport::listen::{self, Limits, Origins};
+use patchbay_transport::known_keys;
+use patchbay_transport::listen::{Limits, ListenerOptions, Origins};
 use serde::Deserialize;
 
 /// The address a sidecar listens on when the config names none.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
 /// `[outputs.NAME] type = "sidecar"`: the options as written in the config.
+// Not `deny_unknown_fields`: it does not work through `flatten`; unknown keys are refused
+// by `Settings::from_options`.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct SidecarConfig {
     /// `IP:PORT` to listen on (`localhost:PORT` means `127.0.0.1:PORT`); port 0 picks a
     /// free port.
@@ -56,12 +58,10 @@ pub struct SidecarConfig {
     /// sidecar serves itself is always allowed.
     #[serde(default)]
     pub allowed_origins: Option<Vec<String>>,
-    /// Host names the sidecar answers to besides `localhost`, `127.0.0.1` and `[::1]`
-    /// (any port), e.g. `["box.lan"]`; `["*"]` for any. Absent: a loopback `listen` answers
-    /// only to the loopback names (a web page cannot reach it through DNS rebinding), any
-    /// other `listen` to any host. A request naming another host gets 403.
-    #[serde(default)]
-    pub allowed_hosts: Option<Vec<String>>,
+    /// `allowed_hosts`, `header_timeout_ms`, `idle_timeout_ms`, `max_connections`: as
+    /// every listener's.
+    #[serde(flatten)]
+    pub listener: ListenerOptions,
     /// Largest WebSocket message or POST body accepted, in bytes (at most 67108864, 64 MiB).
     #[serde(default = "default_max_frame")]
     pub max_frame: usize,
@@ -71,22 +71,6 @@ pub struct SidecarConfig {
     /// 86400000 (one day).
     #[serde(default = "default_ingest_timeout_ms")]
     pub ingest_timeout_ms: u64,
-    /// How long a client may take to send a request's head (request line and headers),
-    /// in ms, counted from the connection's start for its first request and from the
-    /// first byte of each next one; past it the connection is closed (a slowloris client
-    /// holds nothing for long). From 1 to 86400000 (one day).
-    #[serde(default = "listen::default_header_timeout_ms")]
-    pub header_timeout_ms: u64,
-    /// How long a keep-alive connection may wait for its next request, in ms, before it
-    /// is closed. WebSocket and SSE streams are never idle: this does not cut them. From
-    /// 1 to 86400000 (one day).
-    #[serde(default = "listen::default_idle_timeout_ms")]
-    pub idle_timeout_ms: u64,
-    /// How many connections (WebSocket and SSE clients included) may be open at once;
-    /// beyond it a new one gets 503 and is closed at once, counted as
-    /// `too_many_connections`. From 1 to 1000000.
-    #[serde(default = "listen::default_max_connections")]
-    pub max_connections: usize,
 }
 
 /// The largest `max_frame`: 64 MiB.
@@ -129,10 +113,7 @@ impl Default for SidecarConfig {
             allowed_origins: None,
             max_frame: default_max_frame(),
             ingest_timeout_ms: default_ingest_timeout_ms(),
-            allowed_hosts: None,
-            header_timeout_ms: listen::default_header_timeout_ms(),
-            idle_timeout_ms: listen::default_idle_timeout_ms(),
-            max_connections: listen::default_max_connections(),
+            listener: ListenerOptions::default(),
         }
     }
 }
@@ -183,17 +164,12 @@ impl BadSetting {
             message: message.into(),
         }
     }
-
-    /// An error in entry `i` of the list option `key`, named by `keys` (`KEY.N`) for the
-    /// first entries and by the key beyond them.
-    fn entry(keys: &[&'static str], key: &'static str, i: usize, message: String) -> BadSetting {
-        BadSetting::new(keys.get(i).copied().unwrap_or(key), message)
-    }
 }
 
 impl Settings {
     /// Parses and checks a sidecar's options (no I/O).
     pub fn from_options(options: &Options<'_>) -> Result<Settings, Diagnostic> {
+        options.refuse_unknown_keys(known_keys::<SidecarConfig>().iter().map(String::as_str))?;
         let config: SidecarConfig = options.parse()?;
         options.check_range("ring", config.ring, 0..=MAX_QUEUE)?;
         options.check_range("client_queue", config.client_queue, 1..=MAX_QUEUE)?;
@@ -249,20 +225,16 @@ impl Settings {
         }
         if let Some(origins) = &config.allowed_origins {
             Origins::check_list(origins).map_err(|(i, message)| {
-                BadSetting::entry(&ORIGIN_KEYS, "allowed_origins", i, message)
+                BadSetting::new(
+                    ORIGIN_KEYS.get(i).copied().unwrap_or("allowed_origins"),
+                    message,
+                )
             })?;
         }
-        if let Some(hosts) = &config.allowed_hosts {
-            listen::check_hosts(hosts).map_err(|(i, message)| {
-                BadSetting::entry(&HOST_KEYS, "allowed_hosts", i, message)
-            })?;
-        }
-        let limits = Limits::check(
-            config.header_timeout_ms,
-            config.idle_timeout_ms,
-            config.max_connections,
-        )
-        .map_err(|(key, message)| BadSetting::new(key, message))?;
+        let limits = config
+            .listener
+            .check()
+            .map_err(|(key, message)| BadSetting::new(key, message))?;
         Ok(Settings {
             listen,
             ring: config.ring,
@@ -271,7 +243,7 @@ impl Settings {
             client_queue: config.client_queue,
             token: config.token,
             allowed_origins: config.allowed_origins,
-            allowed_hosts: config.allowed_hosts,
+            allowed_hosts: config.listener.allowed_hosts,
             max_frame: config.max_frame,
             ingest_timeout: std::time::Duration::from_millis(config.ingest_timeout_ms),
             limits,
@@ -302,18 +274,6 @@ const ORIGIN_KEYS: [&str; 8] = [
     "allowed_origins.5",
     "allowed_origins.6",
     "allowed_origins.7",
-];
-
-/// Dotted keys for the first entries of `allowed_hosts`.
-const HOST_KEYS: [&str; 8] = [
-    "allowed_hosts.0",
-    "allowed_hosts.1",
-    "allowed_hosts.2",
-    "allowed_hosts.3",
-    "allowed_hosts.4",
-    "allowed_hosts.5",
-    "allowed_hosts.6",
-    "allowed_hosts.7",
 ];
 
 pub use patchbay_transport::listen::parse_listen;
@@ -386,7 +346,9 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_refused() {
-        assert!(settings("lisen = \"127.0.0.1:1\"").is_err());
+        let error = Options::parse_snippet_with("lisen = \"127.0.0.1:1\"", Settings::from_options)
+            .expect_err("an unknown key");
+        assert!(error.message.contains("did you mean `listen`"), "{error:?}");
     }
 
     #[test]

@@ -45,8 +45,9 @@ use axum::extract::ConnectInfo;
 use axum::http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use patchbay_graph::ComponentStats;
 use patchbay_graph::config::{MAX_DURATION_MS, out_of_range};
-use patchbay_graph::{ComponentStats, Diagnostic, Options};
+use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -63,20 +64,94 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// The largest `max_connections`.
 pub const MAX_CONNECTIONS_LIMIT: usize = 1_000_000;
 
-/// [`DEFAULT_HEADER_TIMEOUT_MS`], for a listening component's options
-/// (`#[serde(default = "listen::default_header_timeout_ms")]`).
-pub fn default_header_timeout_ms() -> u64 {
+/// The options every listener takes beside its `listen` (the sidecar, the hook
+/// endpoints, the OTLP receiver, the LLM tap proxy): which host names it answers, and how
+/// long and how many connections it keeps. A component's config flattens them
+/// (`#[serde(flatten)] listener: ListenerOptions`), so they are described once, here;
+/// such a config refuses unknown keys with
+/// [`Options::refuse_unknown_keys`](patchbay_graph::Options::refuse_unknown_keys) over
+/// [`known_keys`](crate::known_keys) (serde's `deny_unknown_fields` does not work
+/// through `flatten`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+pub struct ListenerOptions {
+    /// Host names answered besides `localhost`, `127.0.0.1` and `[::1]` (any port), e.g.
+    /// `["box.lan"]`, or `["host.docker.internal"]` for an agent in a container; `["*"]`
+    /// for any. Absent: a loopback `listen` answers only to the loopback names (a web page
+    /// cannot reach it through DNS rebinding), any other `listen` to any host. A request
+    /// naming another host gets 403.
+    #[serde(default)]
+    pub allowed_hosts: Option<Vec<String>>,
+    /// How long a client may take to send a request's head (request line and headers), in
+    /// ms, counted from the connection's start for its first request and from the first
+    /// byte of each next one (over HTTP/2, gRPC's, the connection's first request); past
+    /// it the connection is closed (a slowloris client holds nothing for long). From 1 to
+    /// 86400000 (one day).
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// How long a keep-alive connection may wait for its next request, in ms, before it
+    /// is closed. A stream (a WebSocket, SSE, a response being relayed, a call held by a
+    /// gate) is never idle: this does not cut it. From 1 to 86400000 (one day).
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// How many connections (streams included) may be open at once on each address the
+    /// component listens on; beyond it a new one gets 503 (over HTTP/2 a `GOAWAY`) and is
+    /// closed at once, counted as `too_many_connections`. From 1 to 1000000.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+fn default_header_timeout_ms() -> u64 {
     DEFAULT_HEADER_TIMEOUT_MS
 }
-
-/// [`DEFAULT_IDLE_TIMEOUT_MS`], for a listening component's options.
-pub fn default_idle_timeout_ms() -> u64 {
+fn default_idle_timeout_ms() -> u64 {
     DEFAULT_IDLE_TIMEOUT_MS
 }
-
-/// [`DEFAULT_MAX_CONNECTIONS`], for a listening component's options.
-pub fn default_max_connections() -> usize {
+fn default_max_connections() -> usize {
     DEFAULT_MAX_CONNECTIONS
+}
+
+impl Default for ListenerOptions {
+    fn default() -> Self {
+        ListenerOptions {
+            allowed_hosts: None,
+            header_timeout_ms: DEFAULT_HEADER_TIMEOUT_MS,
+            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Dotted keys for the first entries of `allowed_hosts`, so that an error points at the
+/// entry.
+const HOST_KEYS: [&str; 8] = [
+    "allowed_hosts.0",
+    "allowed_hosts.1",
+    "allowed_hosts.2",
+    "allowed_hosts.3",
+    "allowed_hosts.4",
+    "allowed_hosts.5",
+    "allowed_hosts.6",
+    "allowed_hosts.7",
+];
+
+impl ListenerOptions {
+    /// Checks the host names and the bounds into the listener's [`Limits`]; an error
+    /// names the key (`allowed_hosts.N` for one of the first entries) and what is wrong.
+    pub fn check(&self) -> Result<Limits, (&'static str, String)> {
+        if let Some(hosts) = &self.allowed_hosts {
+            check_hosts(hosts).map_err(|(i, message)| {
+                (
+                    HOST_KEYS.get(i).copied().unwrap_or("allowed_hosts"),
+                    message,
+                )
+            })?;
+        }
+        Limits::check(
+            self.header_timeout_ms,
+            self.idle_timeout_ms,
+            self.max_connections,
+        )
+    }
 }
 
 /// What a connection refused for the cap is told before it is closed.
@@ -154,17 +229,6 @@ impl Limits {
             idle_timeout: Duration::from_millis(idle_timeout_ms),
             max_connections,
         })
-    }
-
-    /// [`Limits::check`] for a component's options: an error points at the key.
-    pub fn from_options(
-        options: &Options<'_>,
-        header_timeout_ms: u64,
-        idle_timeout_ms: u64,
-        max_connections: usize,
-    ) -> Result<Limits, Diagnostic> {
-        Limits::check(header_timeout_ms, idle_timeout_ms, max_connections)
-            .map_err(|(key, message)| options.error_at(key, message))
     }
 }
 
