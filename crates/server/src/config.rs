@@ -359,26 +359,11 @@ mod tests {
 
     #[test]
     fn default_origins() {
+        // The rules themselves are `Origins::Local`'s (tested in patchbay-transport).
         let s = settings("").unwrap();
         assert!(s.origin_allowed(None));
-        for ok in [
-            "http://localhost:3000",
-            "https://127.0.0.1",
-            "http://[::1]:8080",
-            "HTTP://LOCALHOST",
-        ] {
-            assert!(s.origin_allowed(Some(ok)), "{ok}");
-        }
-        for bad in [
-            "https://evil.example",
-            "null",
-            "http://localhost.evil.example",
-            "file://",
-            "http://127.0.0.1.evil:80",
-            "http://localhost:3000/path",
-        ] {
-            assert!(!s.origin_allowed(Some(bad)), "{bad}");
-        }
+        assert!(s.origin_allowed(Some("http://localhost:3000")));
+        assert!(!s.origin_allowed(Some("https://evil.example")));
     }
 
     #[test]

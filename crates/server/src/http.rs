@@ -321,6 +321,17 @@ fn has_token(state: &AppState, headers: &HeaderMap, query_token: Option<&str>) -
     bearer.or(query_token).is_some_and(|g| secret.matches(g))
 }
 
+/// A stream's query (`/ws`, `/events`), once the request is known to carry the token.
+fn authorized_stream(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: Result<Query<StreamQuery>, QueryRejection>,
+) -> Result<StreamQuery, Refusal> {
+    let query = query_or_error(query)?;
+    authorize(state, headers, query.token.as_deref())?;
+    Ok(query)
+}
+
 async fn ws_handler(
     State(state): State<Shared>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -328,13 +339,10 @@ async fn ws_handler(
     query: Result<Query<StreamQuery>, QueryRejection>,
     request: Request,
 ) -> Response {
-    let query = match query_or_error(query) {
+    let query = match authorized_stream(&state, &headers, query) {
         Ok(q) => q,
         Err(r) => return r.into_response(),
     };
-    if let Err(r) = authorize(&state, &headers, query.token.as_deref()) {
-        return r.into_response();
-    }
     let params = match query.params() {
         Ok(p) => p,
         Err(r) => return r.into_response(),
@@ -678,13 +686,10 @@ async fn sse_handler(
     headers: HeaderMap,
     query: Result<Query<StreamQuery>, QueryRejection>,
 ) -> Response {
-    let query = match query_or_error(query) {
+    let query = match authorized_stream(&state, &headers, query) {
         Ok(q) => q,
         Err(r) => return r.into_response(),
     };
-    if let Err(r) = authorize(&state, &headers, query.token.as_deref()) {
-        return r.into_response();
-    }
     if query.receive.is_some() {
         return error(
             StatusCode::BAD_REQUEST,
