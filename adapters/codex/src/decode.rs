@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use patchbay_graph::approvals::{self, Pending, Verdict};
-use patchbay_signal::decode::line_too_long;
 use patchbay_signal::decode::{DEFAULT_MAX_LINE, FrameDecoder, LineSplitter, StreamDecoder};
+use patchbay_signal::decode::{camel_case, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
     AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TaskDispatch,
@@ -1376,21 +1376,4 @@ fn with_item_id(signal: Signal, item: &Object) -> Signal {
         Some(id) => signal.with_meta("itemId", id.clone()),
         None => signal,
     }
-}
-
-/// `cached_input_tokens` → `cachedInputTokens`, as app-server's usage names them.
-fn camel_case(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    let mut upper = false;
-    for c in key.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.extend(c.to_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

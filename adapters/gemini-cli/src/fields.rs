@@ -1,6 +1,7 @@
 //! How hook and stream fields become signal fields, for both decoders: payload times,
-//! kept text, key names, and the call ids derived from a call's content (event names in
-//! snake case are every hook agent's: `patchbay_hooks::payload::snake_case`).
+//! kept text, and the call ids derived from a call's content (event names in snake case
+//! are every hook agent's, `patchbay_hooks::payload::snake_case`; keys in camel case every
+//! decoder's, `patchbay_signal::decode::camel_case`).
 
 use patchbay_signal::{Object, truncate};
 use serde_json::Value;
@@ -31,23 +32,6 @@ pub(crate) fn truncate_object(o: &Object) -> Object {
     o.iter()
         .map(|(k, v)| (k.clone(), truncate_strings(v)))
         .collect()
-}
-
-/// `duration_ms` → `durationMs`.
-pub(crate) fn camel_case(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    let mut upper = false;
-    for c in key.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.extend(c.to_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A JSON value written with its object keys sorted, so that two payloads that differ
@@ -95,8 +79,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn names_and_canonical_text() {
-        assert_eq!(camel_case("duration_ms"), "durationMs");
+    fn canonical_text() {
         let (mut a, mut b) = (String::new(), String::new());
         canonical(&json!({"b": [1, {"d": 2, "c": 3}], "a": "x"}), &mut a);
         canonical(&json!({"a": "x", "b": [1, {"c": 3, "d": 2}]}), &mut b);

@@ -15,7 +15,9 @@ use patchbay_signal::{Object, Signal, is_informative, now_ms, truncate, well_kno
 use serde_json::Value;
 
 use crate::decode::{HookDecoder, TYPE_PREFIX};
-use crate::fields::{TEXT_KEEP, camel_case, timestamp_of, truncate_strings};
+use patchbay_signal::decode::camel_case;
+
+use crate::fields::{TEXT_KEEP, timestamp_of, truncate_strings};
 
 /// How many tool calls (used, no result yet) are remembered, to name the tool of a
 /// `tool_result` (which carries only the `tool_id`).

@@ -36,6 +36,24 @@ pub fn to_hex(bytes: &[u8]) -> String {
     text
 }
 
+/// A producer's `snake_case` key as patchbay's payloads and metadata name keys,
+/// lowerCamelCase (`cached_input_tokens` → `cachedInputTokens`).
+pub fn camel_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for c in key.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Splits a byte stream into lines (`\n`, with an optional `\r` before it) of at most
 /// `max` bytes, keeping a partial last line until more bytes or the end arrive. A longer
 /// line is reported once, as soon as it passes the limit (its newline may be far away),
@@ -423,6 +441,13 @@ pub fn recorded_line(value: Value) -> RecordedLine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn camel_case_of_producers_keys() {
+        assert_eq!(camel_case("cached_input_tokens"), "cachedInputTokens");
+        assert_eq!(camel_case("duration_ms"), "durationMs");
+        assert_eq!(camel_case("already"), "already");
+    }
     use serde_json::json;
 
     #[test]
