@@ -2,9 +2,10 @@
 
 use patchbay_graph::{Adapter, Probe, Registry};
 
-/// The default pipeline's text, with what Claude Code adds when this build has it.
+/// The default pipeline's text: `$inputs` is what its UIs and its log both take (with the
+/// agents' inbound streams when this build has them), `$agents` the agents' declarations.
 macro_rules! default_pipeline {
-    ($claude_inbound:literal, $claude:literal) => {
+    ($inputs:literal, $agents:literal) => {
         concat!(
             r#"# patchbay's built-in default pipeline.
 [sources.stdin]
@@ -12,20 +13,20 @@ type = "stdin"
 
 [outputs.ui]
 type = "sidecar"
-inputs = ["ui.inbound", "stdin""#,
-            $claude_inbound,
-            r#"]
+inputs = "#,
+            $inputs,
+            r#"
 listen = "127.0.0.1:7878"
 
 [outputs.log]
 type = "stdout"
-inputs = ["ui.inbound", "stdin""#,
-            $claude_inbound,
-            r#"]
+inputs = "#,
+            $inputs,
+            r#"
 format = "auto"
 when_full = "drop_oldest"    # a slow terminal never holds up the UIs
 "#,
-            $claude,
+            $agents,
             r#"
 # Local services (Ollama, LM Studio, an OpenClaw gateway, MIDI ports) as `local:<service>`
 # sources: their health says what is there, and `discovery.found` / `discovery.lost`
@@ -46,7 +47,7 @@ connect = ["ui", "log"]
 /// reaches them), and discovery of the local services.
 #[cfg(all(feature = "claude-code", feature = "gemini-cli"))]
 pub const DEFAULT_PIPELINE: &str = default_pipeline!(
-    r#", "claude.inbound", "gemini.inbound""#,
+    r#"["ui.inbound", "stdin", "claude.inbound", "gemini.inbound"]"#,
     r#"
 # Claude Code's and Gemini CLI's hooks post here (`patchbay hooks install`, `patchbay hooks
 # install --agent gemini`); a UI's `control.answer` reaches them for a gate (none by
@@ -66,7 +67,7 @@ listen = "127.0.0.1:7880"
 /// The default pipeline with Claude Code's hook endpoint alone (a build without Gemini CLI).
 #[cfg(all(feature = "claude-code", not(feature = "gemini-cli")))]
 pub const DEFAULT_PIPELINE: &str = default_pipeline!(
-    r#", "claude.inbound""#,
+    r#"["ui.inbound", "stdin", "claude.inbound"]"#,
     r#"
 # Claude Code's hooks post here (`patchbay hooks install`); a UI's `control.answer`
 # reaches it for a gate (none by default: add `gate = { tools = ["Bash"] }` in a config).
@@ -82,7 +83,7 @@ listen = "127.0.0.1:7879"
 /// the same signals on standard output (readable on a terminal, NDJSON when piped), and
 /// discovery of the local services.
 #[cfg(not(feature = "claude-code"))]
-pub const DEFAULT_PIPELINE: &str = default_pipeline!("", "");
+pub const DEFAULT_PIPELINE: &str = default_pipeline!(r#"["ui.inbound", "stdin"]"#, "");
 
 /// Every adapter this build has: the one list everything that enumerates components is
 /// derived from (the registry, `parse`, `wrap`, `components`). Adding an adapter is one

@@ -20,15 +20,12 @@ pub use stream::AnthropicStreamDecoder;
 
 /// The decoder of `patchbay parse --protocol anthropic` (the `anthropic` components are the LLM
 /// proxy's).
-pub const ADAPTER: Adapter = Adapter {
-    name: "anthropic",
-    protocol: "anthropic",
-    summary: "Anthropic Messages (streamed or whole), for `parse`",
-    components: &[],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "anthropic",
+    "Anthropic Messages (streamed or whole), for `parse`",
+    &[],
+)
+.parse(parse_decoder);
 
 /// The decoder `patchbay parse --protocol anthropic` drives: raw SSE text or one JSON
 /// event per line.

@@ -69,13 +69,13 @@ pub mod settings;
 pub mod transcript;
 mod transport;
 
-pub use decode::{HookDecoder, agent_of, event_type};
+pub use decode::{ClaudeHooks, HookDecoder, agent_of, event_type};
 pub use patchbay_hooks::Settings;
 /// The client side of the hook endpoint (shared by every agent's hooks).
 pub use patchbay_hooks::client;
 pub use transport::{ClaudeCodeConfig, DEFAULT_LISTEN};
 
-use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, StreamDecoder, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::now_ms;
@@ -83,23 +83,19 @@ use patchbay_signal::now_ms;
 /// `type = "claude_code"`: the hook endpoint (a source that listens, or an output that
 /// also takes `control.answer` for the gate), the decoder of `patchbay parse --protocol
 /// claude_code` (hook payloads, one JSON object a line), and the `claude-code` probe.
-pub const ADAPTER: Adapter = Adapter {
-    name: "claude_code",
-    protocol: "claude_code",
-    summary: "Claude Code through its hooks, with a tool-call gate",
-    components: &[ComponentType {
-        name: "claude_code",
-        summary: "Claude Code's hook endpoint: every hook event in, control.answer for the gate",
-        role: Role::Link {
-            source: patchbay_hooks::build_source::<transport::Claude>,
-            output: patchbay_hooks::build_output::<transport::Claude>,
-        },
-        options: options_of::<ClaudeCodeConfig>,
-    }],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[probe::PROBE],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "claude_code",
+    "Claude Code through its hooks, with a tool-call gate",
+    &[ComponentType::link(
+        "claude_code",
+        "Claude Code's hook endpoint: every hook event in, control.answer for the gate",
+        patchbay_hooks::build_source::<transport::Claude>,
+        patchbay_hooks::build_output::<transport::Claude>,
+        options_of::<ClaudeCodeConfig>,
+    )],
+)
+.parse(parse_decoder)
+.probes(&[probe::PROBE]);
 
 /// The decoder of `patchbay parse --protocol claude_code`: hook payloads, one JSON object
 /// a line (as a command hook would log them).

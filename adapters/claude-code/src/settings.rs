@@ -26,62 +26,66 @@ pub const REPORT_TIMEOUT_S: u64 = 2;
 /// The `timeout` (seconds) of the command hook (`patchbay hooks emit` gives up after 1 s).
 pub const COMMAND_TIMEOUT_S: u64 = 5;
 
-/// The events installed by default: the ones patchbay maps (issue 16, item 1).
-pub const EVENTS: [&str; 16] = [
-    "SessionStart",
-    "UserPromptSubmit",
-    "UserPromptExpansion",
-    "PreToolUse",
-    "PermissionRequest",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "PostToolBatch",
-    "Notification",
-    "SubagentStart",
-    "SubagentStop",
-    "PreCompact",
-    "PostCompact",
-    "Stop",
-    "StopFailure",
-    "SessionEnd",
+/// Every event Claude Code 2.1.328 knows, each with whether it is installed by default
+/// (the ones patchbay maps, issue 16, item 1).
+const KNOWN_EVENTS: [(&str, bool); 33] = [
+    ("SessionStart", true),
+    ("Setup", false),
+    ("InstructionsLoaded", false),
+    ("UserPromptSubmit", true),
+    ("UserPromptExpansion", true),
+    ("MessageDisplay", false),
+    ("PreToolUse", true),
+    ("PermissionRequest", true),
+    ("PermissionDenied", false),
+    ("PostToolUse", true),
+    ("PostToolUseFailure", true),
+    ("PostToolBatch", true),
+    ("Notification", true),
+    ("SubagentStart", true),
+    ("SubagentStop", true),
+    ("TeammateIdle", false),
+    ("TaskCreated", false),
+    ("TaskCompleted", false),
+    ("Elicitation", false),
+    ("ElicitationResult", false),
+    ("PreCompact", true),
+    ("PostCompact", true),
+    ("PreModelSwitch", false),
+    ("PostModelSwitch", false),
+    ("ConfigChange", false),
+    ("WorktreeCreate", false),
+    ("WorktreeRemove", false),
+    ("CwdChanged", false),
+    ("FileChanged", false),
+    ("DirectoryAdded", false),
+    ("Stop", true),
+    ("StopFailure", true),
+    ("SessionEnd", true),
 ];
 
+/// The events installed by default: the ones patchbay maps (issue 16, item 1).
+pub const EVENTS: [&str; 16] = event_names(true);
+
 /// Every event Claude Code 2.1.328 knows (`--events all`).
-pub const ALL_EVENTS: [&str; 33] = [
-    "SessionStart",
-    "Setup",
-    "InstructionsLoaded",
-    "UserPromptSubmit",
-    "UserPromptExpansion",
-    "MessageDisplay",
-    "PreToolUse",
-    "PermissionRequest",
-    "PermissionDenied",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "PostToolBatch",
-    "Notification",
-    "SubagentStart",
-    "SubagentStop",
-    "TeammateIdle",
-    "TaskCreated",
-    "TaskCompleted",
-    "Elicitation",
-    "ElicitationResult",
-    "PreCompact",
-    "PostCompact",
-    "PreModelSwitch",
-    "PostModelSwitch",
-    "ConfigChange",
-    "WorktreeCreate",
-    "WorktreeRemove",
-    "CwdChanged",
-    "FileChanged",
-    "DirectoryAdded",
-    "Stop",
-    "StopFailure",
-    "SessionEnd",
-];
+pub const ALL_EVENTS: [&str; 33] = event_names(false);
+
+/// The names of [`KNOWN_EVENTS`] (only the default ones when `by_default`), in its order;
+/// `N` must be their number (checked when compiling).
+const fn event_names<const N: usize>(by_default: bool) -> [&'static str; N] {
+    let mut names = [""; N];
+    let (mut i, mut n) = (0, 0);
+    while i < KNOWN_EVENTS.len() {
+        let (name, default) = KNOWN_EVENTS[i];
+        if default || !by_default {
+            names[n] = name;
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == N, "the event count does not match KNOWN_EVENTS");
+    names
+}
 
 /// Events Claude Code does not send to http hooks: a command hook posts them.
 pub const COMMAND_ONLY: [&str; 2] = ["SessionStart", "Setup"];
@@ -340,6 +344,21 @@ pub fn installed(settings: &Value) -> Vec<Installed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_events_are_the_known_ones_marked_so_in_their_order() {
+        assert_eq!(
+            EVENTS[..3],
+            ["SessionStart", "UserPromptSubmit", "UserPromptExpansion"]
+        );
+        assert_eq!(EVENTS[13..], ["Stop", "StopFailure", "SessionEnd"]);
+        assert_eq!(
+            ALL_EVENTS[..3],
+            ["SessionStart", "Setup", "InstructionsLoaded"]
+        );
+        assert!(EVENTS.iter().all(|e| ALL_EVENTS.contains(e)));
+        assert!(!EVENTS.contains(&"Setup"));
+    }
 
     fn plan() -> HookPlan {
         HookPlan {

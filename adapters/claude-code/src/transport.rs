@@ -5,13 +5,13 @@ use std::path::Path;
 
 use patchbay_graph::approvals;
 use patchbay_hooks::payload::event_of;
-use patchbay_hooks::{Call, EndpointDefaults, EndpointOptions, HookAgent};
+use patchbay_hooks::{Call, Decision, EndpointDefaults, EndpointOptions, HookAgent};
 use patchbay_signal::Signal;
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::AgentState;
 use serde_json::Value;
 
-use crate::decode::{HookDecoder, agent_of};
+use crate::decode::{ClaudeHooks, HookDecoder, agent_of};
 use crate::gate::{self, CallKey, Decided, GateConfig, Verdict};
 use crate::transcript::TranscriptReader;
 
@@ -39,24 +39,18 @@ impl EndpointDefaults for Claude {
 }
 
 impl HookAgent for Claude {
+    type Events = ClaudeHooks;
+
     fn new(component: &str) -> Self {
         Claude {
-            decoder: HookDecoder::new(format!("claude_code:{component}")),
+            decoder: HookDecoder::for_component(component),
             transcripts: TranscriptReader::new(),
             decided: Decided::default(),
         }
     }
 
-    fn name(&self) -> &'static str {
-        "claude_code"
-    }
-
-    fn decode(&mut self, hook: &Value, out: &mut Vec<Decoded>) {
-        self.decoder.decode(hook, out);
-    }
-
-    fn decode_bytes(&mut self, body: &[u8], out: &mut Vec<Decoded>) {
-        self.decoder.decode_bytes(body, out);
+    fn decoder(&mut self) -> &mut HookDecoder {
+        &mut self.decoder
     }
 
     /// `PreToolUse` and `PermissionRequest`; the `promptId` is the `tool_use_id` (a
@@ -83,10 +77,6 @@ impl HookAgent for Claude {
         Some(gate::hook_answer(event, decision, &reason))
     }
 
-    fn state_change(&mut self, hook: &Value, to: AgentState, reason: String) -> Signal {
-        self.decoder.state_change(hook, to, reason)
-    }
-
     fn requested(&mut self, hook: &Value, call: &Call, gate: &GateConfig) -> Signal {
         let choices = ["allow", "deny", "ask"].map(String::from);
         let payload = approvals::request_payload(
@@ -108,22 +98,16 @@ impl HookAgent for Claude {
         gate::decision(verdict)
     }
 
-    fn decided(
-        &mut self,
-        hook: &Value,
-        call: &Call,
-        verdict: Verdict,
-        by: &str,
-        reason: &str,
-    ) -> Signal {
+    fn decided(&mut self, hook: &Value, decision: &Decision<'_>) -> Signal {
+        let call = decision.call;
         let mut decided = self.decoder.signal_for(
             hook,
             approvals::DECIDED,
-            approvals::decided_payload(&call.prompt_id, verdict, by),
+            approvals::decided_payload(&call.prompt_id, decision.verdict, decision.by),
         );
         let meta = decided.metadata_mut();
         meta.insert("toolName".into(), call.tool.clone().into());
-        meta.insert("reason".into(), reason.into());
+        meta.insert("reason".into(), decision.reason.into());
         decided
     }
 

@@ -67,30 +67,26 @@ pub use decode::{CodeliaDecoder, CodeliaStream, PendingRequest};
 pub use transport::CodeliaConfig;
 pub use wrap::{DEFAULT_PUBLISH_URL, WrapError, WrapObserver, wrap, wrap_io};
 
-use patchbay_graph::{Adapter, BoxFuture, ComponentType, Role, WrapRequest, options_of};
+use patchbay_graph::{Adapter, BoxFuture, ComponentType, WrapRequest, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
 /// `type = "codelia"`: as an output it talks both ways (prompts and controls to the
 /// runtime, its messages out of `NAME.inbound`); as a source it only listens. Also the
 /// decoder of `patchbay parse --protocol codelia` and the wrapper of `patchbay wrap
 /// --protocol codelia`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "codelia",
-    protocol: "codelia",
-    summary: "Codelia agent runtimes over stdio (JSON-RPC)",
-    components: &[ComponentType {
-        name: "codelia",
-        summary: "a Codelia runtime started as a child process: prompts and controls in, its messages out",
-        role: Role::Link {
-            source: transport::build_source,
-            output: transport::build_output,
-        },
-        options: options_of::<CodeliaConfig>,
-    }],
-    parse: Some(parse_decoder),
-    wrap: Some(wrap_request),
-    probes: &[],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "codelia",
+    "Codelia agent runtimes over stdio (JSON-RPC)",
+    &[ComponentType::link(
+        "codelia",
+        "a Codelia runtime started as a child process: prompts and controls in, its messages out",
+        transport::build_source,
+        transport::build_output,
+        options_of::<CodeliaConfig>,
+    )],
+)
+.parse(parse_decoder)
+.wrap(wrap_request);
 
 /// `patchbay wrap --protocol codelia`: [`wrap`] on the request (it has no `--name`).
 fn wrap_request(

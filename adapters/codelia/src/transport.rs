@@ -1,16 +1,14 @@
 //! `type = "codelia"`: patchbay runs a Codelia runtime as a child and speaks to it as its
 //! UI, over NDJSON on the child's stdin/stdout.
 
-use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
-    Source, SourceContext,
-};
+use patchbay_graph::{ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, Source};
 use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::now_ms;
 use patchbay_transport::child::{
     ChildConfig, ChildDefaults, ChildOptions, StdioChild, finish, parse_child_options, write_line,
 };
+use patchbay_transport::two_way::{TwoWay, TwoWayComponent};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
@@ -50,126 +48,100 @@ fn parse_config(options: &Options<'_>) -> Result<CodeliaConfig, Diagnostic> {
 }
 
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
-    Ok(Box::new(Codelia {
-        config: parse_config(options)?,
-    }))
+    Ok(TwoWayComponent::source(parse_config(options)?))
 }
 
 pub(crate) fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
-    Ok(Box::new(Codelia {
-        config: parse_config(options)?,
-    }))
+    Ok(TwoWayComponent::output(parse_config(options)?))
 }
 
-struct Codelia {
-    config: CodeliaConfig,
-}
+impl TwoWay for CodeliaConfig {
+    const TYPE: &'static str = "codelia";
 
-impl Source for Codelia {
-    fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let source = format!("codelia:{}", cx.name());
-            talk(self.config, source, LinkEnds::source(&cx)).await
-        })
-    }
-}
+    /// Runs the runtime until it exits, the graph ends or shutdown.
+    async fn run(self, source: String, side: LinkEnds<'_>) -> Result<(), ComponentError> {
+        side.set_state(
+            HealthState::Starting,
+            Some(format!("starting {}", self.runtime.describe())),
+        );
+        let StdioChild {
+            mut child,
+            stdin,
+            stdout,
+        } = match self.runtime.spawn(&source) {
+            Ok(child) => child,
+            Err(why) => return Err(fail(&side, why).await),
+        };
 
-impl Output for Codelia {
-    fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let source = format!("codelia:{}", cx.name());
-            talk(self.config, source, LinkEnds::output(&cx)).await
-        })
-    }
-}
+        let mut client = UiClient::new(source.clone());
+        let init = client.initialize();
+        let init_id = init.get("id").cloned();
+        let mut stdin = stdin;
+        if let Err(e) = write_line(&mut stdin, &init.to_string()).await {
+            return Err(fail(&side, format!("cannot talk to the runtime: {e}")).await);
+        }
 
-/// Runs the runtime until it exits, the graph ends or shutdown.
-async fn talk(
-    config: CodeliaConfig,
-    source: String,
-    side: LinkEnds<'_>,
-) -> Result<(), ComponentError> {
-    side.set_state(
-        HealthState::Starting,
-        Some(format!("starting {}", config.runtime.describe())),
-    );
-    let StdioChild {
-        mut child,
-        stdin,
-        stdout,
-    } = match config.runtime.spawn(&source) {
-        Ok(child) => child,
-        Err(why) => return Err(fail(&side, why).await),
-    };
-
-    let mut client = UiClient::new(source.clone());
-    let init = client.initialize();
-    let init_id = init.get("id").cloned();
-    let mut stdin = stdin;
-    if let Err(e) = write_line(&mut stdin, &init.to_string()).await {
-        return Err(fail(&side, format!("cannot talk to the runtime: {e}")).await);
-    }
-
-    let mut stdout = stdout;
-    let mut stdin = Some(stdin);
-    let mut splitter = LineSplitter::new(DEFAULT_MAX_LINE);
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut out: Vec<Decoded> = Vec::new();
-    let mut graph_open = true;
-    loop {
-        tokio::select! {
-            n = stdout.read(&mut buf) => {
-                let n = n.unwrap_or(0);
-                if n == 0 {
-                    splitter.finish(|line| decode_line(&mut client, &source, line, init_id.as_ref(), &side, &mut out));
-                    let _ = side.emit_all(&mut out).await;
-                    break;
-                }
-                splitter.feed(&buf[..n], |line| decode_line(&mut client, &source, line, init_id.as_ref(), &side, &mut out));
-                if side.emit_all(&mut out).await.is_err() {
-                    graph_open = false;
-                    break;
-                }
-            }
-            signal = side.next_control(), if stdin.is_some() => match signal {
-                Some(signal) => {
-                    let Some(cx) = side.controls else { continue };
-                    match client.encode(&signal).map(|msg| msg.to_string()) {
-                        Ok(line) => match stdin.as_mut().map(|s| write_line(s, &line)) {
-                            Some(write) => match write.await {
-                                Ok(()) => cx.delivered(1),
-                                Err(e) => cx.refused(format!("{}: the runtime is not reading: {e}", signal.kind)),
-                            },
-                            None => cx.refused(format!("{}: the runtime's input is closed", signal.kind)),
-                        },
-                        Err(e) => cx.refused(format!("{}: {e}", signal.kind)),
+        let mut stdout = stdout;
+        let mut stdin = Some(stdin);
+        let mut splitter = LineSplitter::new(DEFAULT_MAX_LINE);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut out: Vec<Decoded> = Vec::new();
+        let mut graph_open = true;
+        loop {
+            tokio::select! {
+                n = stdout.read(&mut buf) => {
+                    let n = n.unwrap_or(0);
+                    if n == 0 {
+                        splitter.finish(|line| decode_line(&mut client, &source, line, init_id.as_ref(), &side, &mut out));
+                        let _ = side.emit_all(&mut out).await;
+                        break;
+                    }
+                    splitter.feed(&buf[..n], |line| decode_line(&mut client, &source, line, init_id.as_ref(), &side, &mut out));
+                    if side.emit_all(&mut out).await.is_err() {
+                        graph_open = false;
+                        break;
                     }
                 }
-                None => {
-                    // The graph ended: closing stdin asks the runtime to exit.
+                signal = side.next_control(), if stdin.is_some() => match signal {
+                    Some(signal) => {
+                        let Some(cx) = side.controls else { continue };
+                        match client.encode(&signal).map(|msg| msg.to_string()) {
+                            Ok(line) => match stdin.as_mut().map(|s| write_line(s, &line)) {
+                                Some(write) => match write.await {
+                                    Ok(()) => cx.delivered(1),
+                                    Err(e) => cx.refused(format!("{}: the runtime is not reading: {e}", signal.kind)),
+                                },
+                                None => cx.refused(format!("{}: the runtime's input is closed", signal.kind)),
+                            },
+                            Err(e) => cx.refused(format!("{}: {e}", signal.kind)),
+                        }
+                    }
+                    None => {
+                        // The graph ended: closing stdin asks the runtime to exit.
+                        graph_open = false;
+                        break;
+                    }
+                },
+                () = side.shutdown(), if side.controls.is_none() => {
                     graph_open = false;
                     break;
                 }
-            },
-            () = side.shutdown(), if side.controls.is_none() => {
-                graph_open = false;
-                break;
             }
         }
-    }
-    drop(stdin);
-    let status = finish(&mut child, graph_open).await;
-    if !graph_open {
-        return Ok(());
-    }
-    match status {
-        Some(s) if s.success() => {
-            side.set_state(HealthState::Stopped, Some("the runtime exited".into()));
-            side.drain_refusing("the runtime has exited").await;
-            Ok(())
+        drop(stdin);
+        let status = finish(&mut child, graph_open).await;
+        if !graph_open {
+            return Ok(());
         }
-        Some(s) => Err(fail(&side, format!("the runtime exited with {s}")).await),
-        None => Err(fail(&side, "lost the runtime".into()).await),
+        match status {
+            Some(s) if s.success() => {
+                side.set_state(HealthState::Stopped, Some("the runtime exited".into()));
+                side.drain_refusing("the runtime has exited").await;
+                Ok(())
+            }
+            Some(s) => Err(fail(&side, format!("the runtime exited with {s}")).await),
+            None => Err(fail(&side, "lost the runtime".into()).await),
+        }
     }
 }
 

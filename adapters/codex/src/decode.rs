@@ -1,14 +1,15 @@
 //! What Codex sends (`codex app-server` JSON-RPC, `codex exec --json` events) to signals.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use patchbay_graph::approvals::{self, Pending, Verdict};
+use patchbay_signal::agent_table::AgentTable;
 use patchbay_signal::decode::{DEFAULT_MAX_LINE, FrameDecoder, LineSplitter, StreamDecoder};
 use patchbay_signal::decode::{camel_case, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
-    AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TaskDispatch,
-    TextDelta, Thinking, TokenUsage, ToolCall, ToolResult, as_count,
+    AgentState, Completion, ErrorPayload, Payload, Severity, TaskDispatch, TextDelta, Thinking,
+    TokenUsage, ToolCall, ToolResult, as_count,
 };
 use patchbay_signal::{Object, Signal, is_informative, millis_of, now_ms, object};
 use serde_json::Value;
@@ -64,10 +65,9 @@ pub struct PendingApproval {
     pub approval: Option<Pending>,
 }
 
-/// One thread's state as the decoder tracks it.
-#[derive(Debug, Clone)]
+/// What the decoder keeps of one thread besides its state.
+#[derive(Debug, Clone, Default)]
 struct ThreadState {
-    state: AgentState,
     turn: Option<String>,
     model: Option<String>,
     /// The thread's running token totals (input, output), to derive an increment when an
@@ -75,18 +75,6 @@ struct ThreadState {
     total: Option<(u64, u64)>,
     /// The last whole agent message of the current turn (exec's completion result).
     last_message: Option<String>,
-}
-
-impl Default for ThreadState {
-    fn default() -> Self {
-        ThreadState {
-            state: AgentState::Idle,
-            turn: None,
-            model: None,
-            total: None,
-            last_message: None,
-        }
-    }
 }
 
 /// A tool item started and not yet completed.
@@ -113,9 +101,9 @@ struct Ctx {
 #[derive(Debug, Clone)]
 pub struct CodexDecoder {
     source: String,
-    /// The last thread seen: the agent of a message that names none.
-    current_thread: Option<String>,
-    threads: HashMap<String, ThreadState>,
+    /// Each thread's state; the current one is the last thread seen, the agent of a
+    /// message that names none.
+    threads: AgentTable<ThreadState>,
     calls: VecDeque<Call>,
     pending: BTreeMap<String, PendingApproval>,
     last_timestamp: i64,
@@ -129,8 +117,7 @@ impl CodexDecoder {
     pub fn new(source: impl Into<String>) -> Self {
         CodexDecoder {
             source: source.into(),
-            current_thread: None,
-            threads: HashMap::new(),
+            threads: AgentTable::new(MAX_TRACKED_THREADS),
             calls: VecDeque::new(),
             pending: BTreeMap::new(),
             last_timestamp: 0,
@@ -145,7 +132,7 @@ impl CodexDecoder {
 
     /// The last thread seen (the `agentId` of a message that names none).
     pub fn current_thread(&self) -> Option<&str> {
-        self.current_thread.as_deref()
+        self.threads.current()
     }
 
     /// The turn in progress on `thread`, if one is.
@@ -296,9 +283,9 @@ impl CodexDecoder {
         if kind == "thread.started"
             && let Some(thread) = obj.get("thread_id").and_then(Value::as_str)
         {
-            self.set_thread(thread);
+            self.threads.set_current(thread);
         }
-        let thread = self.current_thread.clone().unwrap_or_default();
+        let thread = self.threads.current().unwrap_or_default().to_owned();
         let ctx = Ctx {
             agent: self.agent_of(&thread),
             thread,
@@ -307,8 +294,8 @@ impl CodexDecoder {
         };
         match kind {
             "turn.started" => {
-                self.thread_mut(&ctx.thread).last_message = None;
-                self.transition(&ctx, AgentState::Thinking, None, out);
+                self.threads.get_mut(&ctx.thread).last_message = None;
+                out.extend(self.transition(&ctx, AgentState::Thinking, None));
             }
             "turn.completed" => {
                 if let Some(Value::Object(usage)) = obj.get("usage") {
@@ -364,9 +351,9 @@ impl CodexDecoder {
             && let Some(Value::Object(thread)) = params.get("thread")
             && let Some(id) = thread.get("id").and_then(Value::as_str)
         {
-            self.set_thread(id);
+            self.threads.set_current(id);
             if let Some(model) = thread.get("model").and_then(Value::as_str) {
-                self.thread_mut(id).model = Some(model.to_owned());
+                self.threads.get_mut(id).model = Some(model.to_owned());
             }
         }
         if method == "turn/started"
@@ -376,7 +363,7 @@ impl CodexDecoder {
                 .and_then(Value::as_str)
         {
             let thread = self.thread_of(&params);
-            self.thread_mut(&thread).turn = Some(turn.to_owned());
+            self.threads.get_mut(&thread).turn = Some(turn.to_owned());
         }
         let ctx = self.ctx(&params, ts);
         let handled = match method {
@@ -388,8 +375,8 @@ impl CodexDecoder {
             "item/completed" => self.item_completed(&ctx, &params, out),
             "thread/tokenUsage/updated" => self.token_usage(&ctx, &params, out),
             "turn/started" => {
-                self.thread_mut(&ctx.thread).last_message = None;
-                self.transition(&ctx, AgentState::Thinking, None, out);
+                self.threads.get_mut(&ctx.thread).last_message = None;
+                out.extend(self.transition(&ctx, AgentState::Thinking, None));
                 true
             }
             "turn/completed" => self.turn_completed(&ctx, &params, out),
@@ -492,7 +479,7 @@ impl CodexDecoder {
                 None => pick(&params, &["itemId", "reason", "grantRoot"]),
             }
         };
-        self.transition(&ctx, AgentState::Waiting, Some("approval requested"), out);
+        out.extend(self.transition(&ctx, AgentState::Waiting, Some("approval requested")));
         let approval = Pending {
             prompt_id: prompt_id.clone(),
             component: self.source.clone(),
@@ -519,16 +506,16 @@ impl CodexDecoder {
         if let Some(Value::Object(thread)) = result.and_then(|r| r.get("thread"))
             && let Some(thread_id) = thread.get("id").and_then(Value::as_str)
         {
-            self.set_thread(thread_id);
+            self.threads.set_current(thread_id);
             let model = result
                 .and_then(|r| r.get("model"))
                 .or_else(|| thread.get("model"))
                 .and_then(Value::as_str);
             if let Some(model) = model {
-                self.thread_mut(thread_id).model = Some(model.to_owned());
+                self.threads.get_mut(thread_id).model = Some(model.to_owned());
             }
         }
-        let thread = self.current_thread.clone().unwrap_or_default();
+        let thread = self.threads.current().unwrap_or_default().to_owned();
         let ctx = Ctx {
             agent: self.agent_of(&thread),
             turn: None,
@@ -642,7 +629,7 @@ impl CodexDecoder {
             Some("agentMessage") => {
                 // The text went out as deltas: the final item passes as `codex.item/completed`.
                 if let Some(text) = item.get("text").and_then(Value::as_str) {
-                    self.thread_mut(&ctx.thread).last_message = Some(text.to_owned());
+                    self.threads.get_mut(&ctx.thread).last_message = Some(text.to_owned());
                 }
                 false
             }
@@ -759,7 +746,7 @@ impl CodexDecoder {
             .and_then(Value::as_object)
             .and_then(counts);
         let last = usage.get("last").and_then(Value::as_object);
-        let state = self.thread_mut(&ctx.thread);
+        let state = self.threads.get_mut(&ctx.thread);
         let previous = state.total;
         if total.is_some() {
             state.total = total;
@@ -835,7 +822,7 @@ impl CodexDecoder {
                 })
             })
             .map(str::to_owned)
-            .or_else(|| self.thread_mut(&ctx.thread).last_message.take());
+            .or_else(|| self.threads.get_mut(&ctx.thread).last_message.take());
         let mut completion = Completion {
             task_id,
             agent_id: Some(ctx.agent.clone()),
@@ -853,8 +840,8 @@ impl CodexDecoder {
             "interrupted" => (AgentState::Idle, "interrupted"),
             _ => (AgentState::Idle, "completed"),
         };
-        self.transition(ctx, to, Some(reason), out);
-        let state = self.thread_mut(&ctx.thread);
+        out.extend(self.transition(ctx, to, Some(reason)));
+        let state = self.threads.get_mut(&ctx.thread);
         state.turn = None;
         state.last_message = None;
         true
@@ -869,7 +856,7 @@ impl CodexDecoder {
             .get("activeFlags")
             .and_then(Value::as_array)
             .is_some_and(|flags| flags.iter().any(|f| f == "waitingOnApproval"));
-        let current = self.state_of(&ctx.thread);
+        let current = self.threads.state_of(&ctx.thread);
         let (to, reason) = match kind {
             "active" if waiting => (AgentState::Waiting, "waitingOnApproval"),
             "active" if current == AgentState::Waiting => (AgentState::Thinking, "active"),
@@ -877,7 +864,9 @@ impl CodexDecoder {
             // `idle` comes just before `turn/completed`, which says how the turn ended.
             _ => return false,
         };
-        self.transition(ctx, to, Some(reason), out)
+        self.transition(ctx, to, Some(reason))
+            .map(|change| out.push(change))
+            .is_some()
     }
 
     fn error_notification(&mut self, ctx: &Ctx, params: &Object, out: &mut Vec<Decoded>) -> bool {
@@ -966,7 +955,7 @@ impl CodexDecoder {
                 let Some(text) = item.get("text").and_then(Value::as_str) else {
                     return false;
                 };
-                self.thread_mut(&ctx.thread).last_message = Some(text.to_owned());
+                self.threads.get_mut(&ctx.thread).last_message = Some(text.to_owned());
                 TextDelta {
                     agent_id: ctx.agent.clone(),
                     content: text.to_owned(),
@@ -1005,7 +994,7 @@ impl CodexDecoder {
 
     fn exec_usage(&mut self, ctx: &Ctx, usage: &Object) -> Signal {
         let n = |k: &str| usage.get(k).and_then(as_count).unwrap_or(0);
-        let model = self.thread_mut(&ctx.thread).model.clone();
+        let model = self.threads.get_mut(&ctx.thread).model.clone();
         let mut signal = TokenUsage {
             agent_id: ctx.agent.clone(),
             prompt_tokens: n("input_tokens"),
@@ -1026,7 +1015,7 @@ impl CodexDecoder {
     }
 
     fn end_exec_turn(&mut self, ctx: &Ctx, success: bool, out: &mut Vec<Decoded>) {
-        let result = self.thread_mut(&ctx.thread).last_message.take();
+        let result = self.threads.get_mut(&ctx.thread).last_message.take();
         // An exec run is one task: its thread.
         let completion = Completion {
             task_id: if ctx.thread.is_empty() {
@@ -1045,7 +1034,7 @@ impl CodexDecoder {
         } else {
             (AgentState::Error, "failed")
         };
-        self.transition(ctx, to, Some(reason), out);
+        out.extend(self.transition(ctx, to, Some(reason)));
     }
 
     // ---- state -----------------------------------------------------------------------
@@ -1072,7 +1061,7 @@ impl CodexDecoder {
     /// The thread a message is about: its `threadId`, else the last thread seen.
     fn thread_of(&self, params: &Object) -> String {
         str_of(params, "threadId")
-            .or_else(|| self.current_thread.clone())
+            .or_else(|| self.threads.current().map(str::to_owned))
             .unwrap_or_default()
     }
 
@@ -1084,49 +1073,13 @@ impl CodexDecoder {
         }
     }
 
-    fn set_thread(&mut self, thread: &str) {
-        self.current_thread = Some(thread.to_owned());
-        self.thread_mut(thread);
-    }
-
-    fn thread_mut(&mut self, thread: &str) -> &mut ThreadState {
-        if !self.threads.contains_key(thread) && self.threads.len() >= MAX_TRACKED_THREADS {
-            // Keep the current thread; the others start again from idle.
-            let keep = self.current_thread.clone().unwrap_or_default();
-            self.threads.retain(|k, _| *k == keep);
-        }
-        self.threads.entry(thread.to_owned()).or_default()
-    }
-
-    fn state_of(&self, thread: &str) -> AgentState {
-        self.threads
-            .get(thread)
-            .map_or(AgentState::Idle, |t| t.state)
-    }
-
-    /// An `agent_state_change` to `to` from the thread's last state; none if it is there
-    /// already. Returns whether one was emitted.
-    fn transition(
-        &mut self,
-        ctx: &Ctx,
-        to: AgentState,
-        reason: Option<&str>,
-        out: &mut Vec<Decoded>,
-    ) -> bool {
-        let from = self.state_of(&ctx.thread);
-        if from == to {
-            return false;
-        }
-        self.thread_mut(&ctx.thread).state = to;
-        let signal = AgentStateChange {
-            agent_id: ctx.agent.clone(),
-            from,
-            to,
-            reason: reason.map(str::to_owned),
-        }
-        .into_signal(&self.source);
-        out.push(self.finish(ctx, signal));
-        true
+    /// The `agent_state_change` to `to` from the thread's last state; `None` if it is
+    /// there already.
+    fn transition(&mut self, ctx: &Ctx, to: AgentState, reason: Option<&str>) -> Option<Decoded> {
+        let change = self
+            .threads
+            .transition(&ctx.thread, &ctx.agent, to, reason)?;
+        Some(self.finish(ctx, change.into_signal(&self.source)))
     }
 
     fn remember_call(&mut self, thread: &str, item: &str, input: Object) {

@@ -84,7 +84,7 @@ pub use decode::{CodexDecoder, CodexStream, PROGRAM, PendingApproval};
 pub use transport::{AppServer, CodexConfig};
 pub use wrap::{WrapError, wrap};
 
-use patchbay_graph::{Adapter, BoxFuture, ComponentType, Role, WrapRequest, options_of};
+use patchbay_graph::{Adapter, BoxFuture, ComponentType, WrapRequest, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
 /// `type = "codex"`: as an output patchbay starts `codex app-server` and drives it
@@ -93,23 +93,17 @@ use patchbay_signal::decode::StreamDecoder;
 /// `NAME.inbound`); as a source it only listens. Also the decoder of `patchbay parse
 /// --protocol codex`, and the wrapper of `patchbay wrap --protocol codex -- codex exec
 /// --json …`, which publishes a run to a running patchbay.
-pub const ADAPTER: Adapter = Adapter {
-    name: "codex",
-    protocol: "codex",
-    summary: "OpenAI Codex CLI (app-server JSON-RPC, exec --json)",
-    components: &[ComponentType {
-        name: "codex",
-        summary: "`codex app-server` started as a child process: prompts, controls and approvals in, its events out",
-        role: Role::Link {
-            source: transport::build_source,
-            output: transport::build_output,
-        },
-        options: options_of::<CodexConfig>,
-    }],
-    parse: Some(parse_decoder),
-    wrap: Some(wrap_request),
-    probes: &[probe::PROBE],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "codex",
+    "OpenAI Codex CLI (app-server JSON-RPC, exec --json)",
+    &[ComponentType::link(
+        "codex",
+        "`codex app-server` started as a child process: prompts, controls and approvals in, its events out",
+        transport::build_source,
+        transport::build_output,
+        options_of::<CodexConfig>,
+    )],
+).parse(parse_decoder).wrap(wrap_request).probes(&[probe::PROBE]);
 
 /// `patchbay wrap --protocol codex`: [`wrap`] on the request (it has no `--name`).
 fn wrap_request(

@@ -7,16 +7,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use patchbay_graph::approvals::{self, GateConfig, Verdict};
-use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
-    Source, SourceContext,
-};
+use patchbay_graph::{ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, Source};
 use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter, line_too_long};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::{Signal, control, now_ms};
 use patchbay_transport::child::{
     ChildConfig, ChildDefaults, ChildOptions, StdioChild, finish, parse_child_options, write_line,
 };
+use patchbay_transport::two_way::{TwoWay, TwoWayComponent};
 use patchbay_transport::{Backoff, retry_detail};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -84,34 +82,38 @@ fn parse_config(options: &Options<'_>) -> Result<CodexConfig, Diagnostic> {
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     let config = parse_config(options)?;
     GateConfig::refuse_on_a_source(config.gate.as_ref(), options)?;
-    Ok(Box::new(Codex { config }))
+    Ok(TwoWayComponent::source(config))
 }
 
 pub(crate) fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
-    Ok(Box::new(Codex {
-        config: parse_config(options)?,
-    }))
+    Ok(TwoWayComponent::output(parse_config(options)?))
 }
 
-struct Codex {
-    config: CodexConfig,
-}
+impl TwoWay for CodexConfig {
+    const TYPE: &'static str = "codex";
 
-impl Source for Codex {
-    fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let source = format!("codex:{}", cx.name());
-            talk(self.config, source, LinkEnds::source(&cx)).await
-        })
-    }
-}
-
-impl Output for Codex {
-    fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let source = format!("codex:{}", cx.name());
-            talk(self.config, source, LinkEnds::output(&cx)).await
-        })
+    /// Runs `codex app-server` until the graph ends; when Codex cannot be started or dies,
+    /// the component is `failed` with the reason, and Codex is started again with backoff
+    /// (its pending approvals are decided `cancel`: they died with it).
+    async fn run(self, source: String, side: LinkEnds<'_>) -> Result<(), ComponentError> {
+        let mut backoff = Backoff::new(RESTART_FIRST, RESTART_MAX, None);
+        loop {
+            let started = Instant::now();
+            let why = match run(&self, &source, &side).await {
+                RunEnd::GraphEnded => return Ok(()),
+                RunEnd::Exited(why) => why,
+            };
+            if started.elapsed() >= RESTART_STABLE {
+                backoff.reset();
+            }
+            let delay = backoff.next_jittered().unwrap_or(RESTART_MAX);
+            tracing::warn!(component = %source, "{why}: starting it again in {} ms", delay.as_millis());
+            side.record_error(&why);
+            side.set_state(HealthState::Failed, Some(retry_detail(delay, &why)));
+            if !wait_refusing(&side, delay, &why).await {
+                return Ok(());
+            }
+        }
     }
 }
 
@@ -181,34 +183,6 @@ enum RunEnd {
     GraphEnded,
     /// Codex could not be started, or exited: why.
     Exited(String),
-}
-
-/// Runs `codex app-server` until the graph ends; when Codex cannot be started or dies, the
-/// component is `failed` with the reason, and Codex is started again with backoff (its
-/// pending approvals are decided `cancel`: they died with it).
-async fn talk(
-    config: CodexConfig,
-    source: String,
-    side: LinkEnds<'_>,
-) -> Result<(), ComponentError> {
-    let mut backoff = Backoff::new(RESTART_FIRST, RESTART_MAX, None);
-    loop {
-        let started = Instant::now();
-        let why = match run(&config, &source, &side).await {
-            RunEnd::GraphEnded => return Ok(()),
-            RunEnd::Exited(why) => why,
-        };
-        if started.elapsed() >= RESTART_STABLE {
-            backoff.reset();
-        }
-        let delay = backoff.next_jittered().unwrap_or(RESTART_MAX);
-        tracing::warn!(component = %source, "{why}: starting it again in {} ms", delay.as_millis());
-        side.record_error(&why);
-        side.set_state(HealthState::Failed, Some(retry_detail(delay, &why)));
-        if !wait_refusing(&side, delay, &why).await {
-            return Ok(());
-        }
-    }
 }
 
 /// Waits `delay`, refusing the controls that come meanwhile (Codex is not there to take

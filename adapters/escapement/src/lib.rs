@@ -64,28 +64,23 @@ pub use encode::{EncodeError, encode_control};
 pub use replay::ReplayGuard;
 pub use transport::EscapementConfig;
 
-use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 
 /// `type = "escapement"`: as an output it talks both ways (controls out, the agent's
 /// frames in through `NAME.inbound`); as a source it only listens. Also the decoder of
 /// `patchbay parse --protocol escapement`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "escapement",
-    protocol: "escapement",
-    summary: "Escapement agents over a WebSocket",
-    components: &[ComponentType {
-        name: "escapement",
-        summary: "an Escapement agent's WebSocket: its events in, pause/step/answer controls out",
-        role: Role::Link {
-            source: transport::build_source,
-            output: transport::build_output,
-        },
-        options: options_of::<EscapementConfig>,
-    }],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "escapement",
+    "Escapement agents over a WebSocket",
+    &[ComponentType::link(
+        "escapement",
+        "an Escapement agent's WebSocket: its events in, pause/step/answer controls out",
+        transport::build_source,
+        transport::build_output,
+        options_of::<EscapementConfig>,
+    )],
+)
+.parse(parse_decoder);
 use patchbay_signal::decode::StreamDecoder;
 
 /// The decoder `patchbay parse --protocol escapement` drives: NDJSON, one frame per line,

@@ -2,12 +2,10 @@
 //! two-way output (controls out, frames in through `NAME.inbound`).
 
 use futures_util::{SinkExt, StreamExt};
-use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, LinkEnds, Options, Output, OutputContext, Source,
-    SourceContext,
-};
+use patchbay_graph::{ComponentError, Diagnostic, LinkEnds, Options, Output, Source};
 use patchbay_signal::SharedSignal;
 use patchbay_signal::normalize::Decoded;
+use patchbay_transport::two_way::{TwoWay, TwoWayComponent};
 use patchbay_transport::{
     Defaults, Driver, Ended, Link, Scheme, TransportConfig, TransportOptions, WsStream,
     close_reason, parse_options,
@@ -56,43 +54,26 @@ impl TransportConfig for EscapementConfig {
 }
 
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
-    Ok(Box::new(Escapement {
-        config: parse_options(options)?,
-    }))
+    Ok(TwoWayComponent::source(parse_options::<EscapementConfig>(
+        options,
+    )?))
 }
 
 pub(crate) fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
-    Ok(Box::new(Escapement {
-        config: parse_options(options)?,
-    }))
+    Ok(TwoWayComponent::output(parse_options::<EscapementConfig>(
+        options,
+    )?))
 }
 
-/// One agent connection; the same value runs as a source or as an output.
-struct Escapement {
-    config: EscapementConfig,
-}
+/// One agent connection; the same runs as a source or as an output.
+impl TwoWay for EscapementConfig {
+    const TYPE: &'static str = "escapement";
 
-impl Source for Escapement {
-    fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let source = format!("escapement:{}", cx.name());
-            let mut link = EscapementLink::new(self.config, source);
-            Driver::new("escapement", &link.config.transport, LinkEnds::source(&cx))
-                .run(&mut link)
-                .await
-        })
-    }
-}
-
-impl Output for Escapement {
-    fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let source = format!("escapement:{}", cx.name());
-            let mut link = EscapementLink::new(self.config, source);
-            Driver::new("escapement", &link.config.transport, LinkEnds::output(&cx))
-                .run(&mut link)
-                .await
-        })
+    async fn run(self, source: String, side: LinkEnds<'_>) -> Result<(), ComponentError> {
+        let mut link = EscapementLink::new(self, source);
+        Driver::new(Self::TYPE, &link.config.transport, side)
+            .run(&mut link)
+            .await
     }
 }
 

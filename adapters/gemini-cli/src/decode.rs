@@ -1,23 +1,19 @@
 //! Hook payloads (the JSON a Gemini CLI command hook reads on stdin) to signals: the pure
 //! part (no I/O). See the crate docs for the mapping.
 
-use patchbay_hooks::payload::{self, Agents, Hook, snake_case};
-use patchbay_signal::normalize::{Decoded, bad_input_signal};
+use patchbay_hooks::HookEvents;
+use patchbay_hooks::payload::{Hook, snake_case};
 use patchbay_signal::well_known::{
-    AgentState, AgentStateChange, Completion, Payload, TaskDispatch, TextDelta, TokenUsage,
-    ToolCall, ToolResult, as_count,
+    AgentState, Completion, Payload, TaskDispatch, TextDelta, TokenUsage, ToolCall, ToolResult,
+    as_count,
 };
-use patchbay_signal::{Object, Signal, SmallString, is_informative, now_ms, truncate, well_known};
+use patchbay_signal::{Object, Signal, is_informative, now_ms, truncate};
 use serde_json::Value;
 
 use crate::fields::{TEXT_KEEP, canonical, fnv1a, timestamp_of, truncate_object, truncate_strings};
 
 /// The prefix of the signal types of Gemini CLI's own events (`gemini_cli.session_start`).
 pub const TYPE_PREFIX: &str = "gemini_cli.";
-
-/// How many agents' last states are remembered (sessions); the oldest are forgotten
-/// first, so that a daemon running for months does not grow.
-const AGENTS_KEPT: usize = 1024;
 
 /// The fields every hook payload shares; they go to `metadata` (or the envelope), not
 /// into `gemini_cli.<event>` payloads.
@@ -29,288 +25,86 @@ const COMMON: [&str; 5] = [
     "timestamp",
 ];
 
+/// Gemini CLI's hook payloads: what its [`HookDecoder`] makes of them (see the crate docs
+/// for the mapping). It keeps, for each session, the task of its prompt in progress (set
+/// by `BeforeAgent`, closed by `AfterAgent`).
+#[derive(Debug, Clone)]
+pub struct GeminiHooks;
+
 /// Decodes Gemini CLI hook payloads into signals, remembering each session's last state
 /// (so that `agent_state_change.from` is right) and the task of its prompt in progress.
-#[derive(Debug, Clone)]
-pub struct HookDecoder {
-    source: SmallString,
-    /// Each session's last state, and the task of its prompt in progress (set by
-    /// `BeforeAgent`, closed by `AfterAgent`).
-    agents: Agents<Option<String>>,
-}
+pub type HookDecoder = patchbay_hooks::HookDecoder<GeminiHooks>;
 
-impl HookDecoder {
-    /// A decoder whose signals have `source` (`gemini_cli:NAME`).
-    pub fn new(source: impl Into<SmallString>) -> Self {
-        HookDecoder {
-            source: source.into(),
-            agents: Agents::new(AGENTS_KEPT),
-        }
+impl HookEvents for GeminiHooks {
+    const NAME: &'static str = "gemini_cli";
+    type Kept = Option<String>;
+
+    fn agent_id(hook: &Hook<'_>) -> String {
+        hook.agent_id()
     }
 
-    /// The signals' source.
-    pub fn source(&self) -> &str {
-        &self.source
-    }
-
-    /// Decodes one hook body (bytes as received); a body that is not JSON gives one
-    /// counted bad-input `error` signal (as does a JSON body that is not a hook payload,
-    /// see [`decode`](Self::decode)).
-    pub fn decode_bytes(&mut self, body: &[u8], out: &mut Vec<Decoded>) {
-        if let Some(value) = payload::read_body(body, "gemini_cli", &self.source, out) {
-            self.decode(&value, out);
-        }
-    }
-
-    /// Decodes one hook payload; one that is not an object with a string
-    /// `hook_event_name` gives one counted bad-input `error` signal.
-    pub fn decode(&mut self, hook: &Value, out: &mut Vec<Decoded>) {
-        let Some(event) = hook
-            .as_object()
-            .and_then(|o| o.get("hook_event_name"))
-            .and_then(Value::as_str)
-        else {
-            out.push(self.bad(
-                &hook.to_string(),
-                "a hook payload must be a JSON object with a string `hook_event_name`",
-            ));
-            return;
-        };
-        let h = Hook::new(hook, event);
-        let mut signals = Vec::new();
-        match event {
+    fn signals(d: &mut HookDecoder, h: &Hook<'_>, signals: &mut Vec<Signal>) {
+        match h.event {
             "SessionStart" => {
-                signals.push(self.details(&h, h.rest()));
+                signals.push(details(d, h, h.rest()));
                 let reason = h.reason("session started", "source");
-                signals.push(self.change(&h, AgentState::Idle, reason));
+                signals.push(d.change(h, AgentState::Idle, reason));
             }
             "BeforeAgent" => {
-                signals.push(self.dispatch(&h));
-                signals.push(self.change(&h, AgentState::Thinking, "prompt submitted".into()));
+                signals.push(dispatch(d, h));
+                signals.push(d.change(h, AgentState::Thinking, "prompt submitted".into()));
             }
             "BeforeModel" | "BeforeToolSelection" => {
-                signals.push(self.details(&h, model_request(&h)));
+                signals.push(details(d, h, model_request(h)));
                 // Back to thinking after a call that never returned (blocked by a hook)
                 // or a notification: the agent is calling the model.
-                if !matches!(self.state_of(&h.agent_id()), AgentState::Thinking) {
-                    signals.push(self.change(&h, AgentState::Thinking, "calling the model".into()));
+                if !matches!(d.state_of(&h.agent_id()), AgentState::Thinking) {
+                    signals.push(d.change(h, AgentState::Thinking, "calling the model".into()));
                 }
             }
-            "AfterModel" => self.after_model(&h, &mut signals),
+            "AfterModel" => after_model(d, h, signals),
             "BeforeTool" => {
-                signals.push(self.tool_call(&h));
+                signals.push(tool_call(d, h));
                 let reason = format!("running {}", h.tool());
-                signals.push(self.change(&h, AgentState::Acting, reason));
+                signals.push(d.change(h, AgentState::Acting, reason));
             }
             "AfterTool" => {
-                signals.push(self.tool_result(&h));
+                signals.push(tool_result(d, h));
                 let reason = format!("{} returned", h.tool());
-                signals.push(self.change(&h, AgentState::Thinking, reason));
+                signals.push(d.change(h, AgentState::Thinking, reason));
             }
             "AfterAgent" => {
-                signals.push(self.completion(&h));
-                signals.push(self.change(&h, AgentState::Idle, "turn finished".into()));
-                *self.agents.get_mut(&h.agent_id()) = None;
+                signals.push(completion(d, h));
+                signals.push(d.change(h, AgentState::Idle, "turn finished".into()));
+                *d.agents_mut().get_mut(&h.agent_id()) = None;
             }
             "Notification" => {
-                signals.push(self.details(&h, h.rest()));
+                signals.push(details(d, h, h.rest()));
                 let reason = h.reason("notification", "message");
-                signals.push(self.change(&h, AgentState::Waiting, reason));
+                signals.push(d.change(h, AgentState::Waiting, reason));
             }
             "SessionEnd" => {
-                signals.push(self.details(&h, h.rest()));
+                signals.push(details(d, h, h.rest()));
                 let reason = h.reason("session ended", "reason");
-                signals.push(self.change(&h, AgentState::Done, reason));
+                signals.push(d.change(h, AgentState::Done, reason));
             }
             // PreCompress and any event this version does not know: its own fields.
-            _ => signals.push(self.details(&h, h.rest())),
+            _ => signals.push(details(d, h, h.rest())),
         }
-        for mut signal in signals {
-            // The typed payloads above are valid by construction; this only guards a field
-            // Gemini CLI might one day send with another shape.
-            well_known::repair(&mut signal);
-            out.push(Decoded::Signal(signal));
-        }
-    }
-
-    /// The state `agent` was last seen in (`idle` if never).
-    pub fn state_of(&self, agent: &str) -> AgentState {
-        self.agents.state_of(agent)
-    }
-
-    /// An `agent_state_change` of the hook's agent to `to`, for the gate (`waiting` while
-    /// a call is held, and back).
-    pub fn state_change(&mut self, hook: &Value, to: AgentState, reason: String) -> Signal {
-        self.change(&Hook::of(hook), to, reason)
-    }
-
-    /// A signal of type `kind` from this decoder's source with the hook's envelope
-    /// (timestamp, correlation id, metadata): what the gate's own signals use.
-    pub fn signal_for(&self, hook: &Value, kind: &str, payload: Object) -> Signal {
-        self.envelope(&Hook::of(hook), kind, payload)
-    }
-
-    /// The `agent_state_change` of the hook's agent to `to`, from its last state.
-    fn change(&mut self, h: &Hook<'_>, to: AgentState, reason: String) -> Signal {
-        let payload = self.agents.change(h.agent_id(), to, reason);
-        self.envelope(h, AgentStateChange::KIND, payload)
-    }
-
-    fn dispatch(&mut self, h: &Hook<'_>) -> Signal {
-        let task = task_id(h.value);
-        let agent = h.agent_id();
-        *self.agents.get_mut(&agent) = Some(task.clone());
-        let payload = TaskDispatch {
-            task_id: task,
-            from: "user".into(),
-            to: agent,
-            description: h.str("prompt").map(|p| truncate(p, TEXT_KEEP)),
-        }
-        .into_object();
-        self.envelope(h, TaskDispatch::KIND, payload)
-    }
-
-    fn completion(&mut self, h: &Hook<'_>) -> Signal {
-        let agent = h.agent_id();
-        let task = self
-            .agents
-            .get_mut(&agent)
-            .clone()
-            .unwrap_or_else(|| agent.clone());
-        let payload = Completion {
-            task_id: task,
-            agent_id: Some(agent),
-            success: true,
-            result: h.str("prompt_response").map(|r| truncate(r, TEXT_KEEP)),
-        }
-        .into_object();
-        let mut signal = self.envelope(h, Completion::KIND, payload);
-        if let Some(active) = h.value.get("stop_hook_active") {
-            signal
-                .metadata_mut()
-                .insert("stopHookActive".into(), active.clone());
-        }
-        signal
-    }
-
-    /// `gemini_cli.after_model` for every chunk; a `text_delta` for a chunk with text; a
-    /// `token_usage` for the chunk that ends a response (the one with a `finishReason`:
-    /// every chunk repeats the response's running `usageMetadata`, so only the last one
-    /// is counted).
-    fn after_model(&mut self, h: &Hook<'_>, out: &mut Vec<Signal>) {
-        out.push(self.details(h, model_request(h)));
-        let response = h.value.get("llm_response");
-        let text = response
-            .and_then(|r| r.get("text"))
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty());
-        if let Some(text) = text {
-            let payload = TextDelta {
-                agent_id: h.agent_id(),
-                content: text.to_owned(),
-                content_type: None,
-                index: None,
-            }
-            .into_object();
-            out.push(self.envelope(h, TextDelta::KIND, payload));
-        }
-        let finished = response
-            .and_then(|r| r.get("candidates"))
-            .and_then(Value::as_array)
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.get("finishReason").is_some_and(is_informative))
-            });
-        let usage = response
-            .and_then(|r| r.get("usageMetadata"))
-            .and_then(Value::as_object);
-        if finished && let Some(usage) = usage {
-            let n = |k: &str| usage.get(k).and_then(as_count);
-            let prompt = n("promptTokenCount").unwrap_or(0);
-            let completion = n("candidatesTokenCount").unwrap_or_else(|| {
-                n("totalTokenCount")
-                    .unwrap_or(0)
-                    .saturating_sub(prompt + n("thoughtsTokenCount").unwrap_or(0))
-            });
-            let payload = TokenUsage {
-                agent_id: h.agent_id(),
-                prompt_tokens: prompt,
-                completion_tokens: completion,
-                model: h.model().map(str::to_owned),
-                cost: None,
-            }
-            .into_object();
-            let mut signal = self.envelope(h, TokenUsage::KIND, payload);
-            let meta = signal.metadata_mut();
-            for (k, v) in usage {
-                if k != "promptTokenCount" && k != "candidatesTokenCount" {
-                    meta.insert(k.clone(), v.clone());
-                }
-            }
-            out.push(signal);
-        }
-    }
-
-    fn tool_call(&self, h: &Hook<'_>) -> Signal {
-        let payload = ToolCall {
-            tool_name: h.tool().to_owned(),
-            agent_id: h.agent_id(),
-            call_id: Some(call_id(h.value)),
-            input: h.object("tool_input"),
-        }
-        .into_object();
-        let mut signal = self.envelope(h, ToolCall::KIND, payload);
-        if let Some(mcp) = h.value.get("mcp_context").filter(|v| is_informative(v)) {
-            signal
-                .metadata_mut()
-                .insert("mcpContext".into(), mcp.clone());
-        }
-        signal
-    }
-
-    fn tool_result(&self, h: &Hook<'_>) -> Signal {
-        let response = h.value.get("tool_response");
-        let success = !response
-            .and_then(|r| r.get("error"))
-            .is_some_and(|e| !e.is_null() && e != &Value::Bool(false));
-        let output = match response {
-            Some(Value::Object(o)) => Some(truncate_object(o)),
-            Some(Value::Null) | None => None,
-            Some(other) => Some(patchbay_signal::object! {"content" => truncate_strings(other)}),
-        };
-        let payload = ToolResult {
-            tool_name: h.tool().to_owned(),
-            agent_id: h.agent_id(),
-            call_id: Some(call_id(h.value)),
-            success,
-            output,
-        }
-        .into_object();
-        let mut signal = self.envelope(h, ToolResult::KIND, payload);
-        if let Some(mcp) = h.value.get("mcp_context").filter(|v| is_informative(v)) {
-            signal
-                .metadata_mut()
-                .insert("mcpContext".into(), mcp.clone());
-        }
-        signal
-    }
-
-    /// `gemini_cli.<event>` with `payload`.
-    fn details(&self, h: &Hook<'_>, payload: Object) -> Signal {
-        self.envelope(h, &event_type(h.event), payload)
     }
 
     /// The envelope: the hook's `timestamp` (else now), the correlation id (the call for
     /// tool events, else the prompt's task, else the session), and metadata (`hookEvent`,
     /// `sessionId`, `cwd`, `transcriptPath`).
-    fn envelope(&self, h: &Hook<'_>, kind: &str, payload: Object) -> Signal {
-        let mut signal = Signal::new(kind, self.source.clone(), payload)
+    fn envelope(d: &HookDecoder, h: &Hook<'_>, kind: &str, payload: Object) -> Signal {
+        let mut signal = d
+            .signal(kind, payload)
             .at(timestamp_of(h.value).unwrap_or_else(now_ms));
         let correlation = if kind == ToolCall::KIND || kind == ToolResult::KIND {
             Some(call_id(h.value))
         } else {
             h.str("session_id").and_then(|s| {
-                self.agents
+                d.agents()
                     .get(s)
                     .and_then(Option::clone)
                     .or_else(|| Some(s.to_owned()))
@@ -336,15 +130,150 @@ impl HookDecoder {
         }
         signal
     }
+}
 
-    fn bad(&self, raw: &str, message: &str) -> Decoded {
-        Decoded::BadInput(bad_input_signal(
-            &self.source,
-            now_ms(),
-            raw,
-            &format!("gemini_cli: {message}"),
-        ))
+fn dispatch(d: &mut HookDecoder, h: &Hook<'_>) -> Signal {
+    let task = task_id(h.value);
+    let agent = h.agent_id();
+    *d.agents_mut().get_mut(&agent) = Some(task.clone());
+    let payload = TaskDispatch {
+        task_id: task,
+        from: "user".into(),
+        to: agent,
+        description: h.str("prompt").map(|p| truncate(p, TEXT_KEEP)),
     }
+    .into_object();
+    d.envelope(h, TaskDispatch::KIND, payload)
+}
+
+fn completion(d: &mut HookDecoder, h: &Hook<'_>) -> Signal {
+    let agent = h.agent_id();
+    let task = d
+        .agents_mut()
+        .get_mut(&agent)
+        .clone()
+        .unwrap_or_else(|| agent.clone());
+    let payload = Completion {
+        task_id: task,
+        agent_id: Some(agent),
+        success: true,
+        result: h.str("prompt_response").map(|r| truncate(r, TEXT_KEEP)),
+    }
+    .into_object();
+    let mut signal = d.envelope(h, Completion::KIND, payload);
+    if let Some(active) = h.value.get("stop_hook_active") {
+        signal
+            .metadata_mut()
+            .insert("stopHookActive".into(), active.clone());
+    }
+    signal
+}
+
+/// `gemini_cli.after_model` for every chunk; a `text_delta` for a chunk with text; a
+/// `token_usage` for the chunk that ends a response (the one with a `finishReason`:
+/// every chunk repeats the response's running `usageMetadata`, so only the last one
+/// is counted).
+fn after_model(d: &mut HookDecoder, h: &Hook<'_>, out: &mut Vec<Signal>) {
+    out.push(details(d, h, model_request(h)));
+    let response = h.value.get("llm_response");
+    let text = response
+        .and_then(|r| r.get("text"))
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty());
+    if let Some(text) = text {
+        let payload = TextDelta {
+            agent_id: h.agent_id(),
+            content: text.to_owned(),
+            content_type: None,
+            index: None,
+        }
+        .into_object();
+        out.push(d.envelope(h, TextDelta::KIND, payload));
+    }
+    let finished = response
+        .and_then(|r| r.get("candidates"))
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.get("finishReason").is_some_and(is_informative))
+        });
+    let usage = response
+        .and_then(|r| r.get("usageMetadata"))
+        .and_then(Value::as_object);
+    if finished && let Some(usage) = usage {
+        let n = |k: &str| usage.get(k).and_then(as_count);
+        let prompt = n("promptTokenCount").unwrap_or(0);
+        let completion = n("candidatesTokenCount").unwrap_or_else(|| {
+            n("totalTokenCount")
+                .unwrap_or(0)
+                .saturating_sub(prompt + n("thoughtsTokenCount").unwrap_or(0))
+        });
+        let payload = TokenUsage {
+            agent_id: h.agent_id(),
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            model: h.model().map(str::to_owned),
+            cost: None,
+        }
+        .into_object();
+        let mut signal = d.envelope(h, TokenUsage::KIND, payload);
+        let meta = signal.metadata_mut();
+        for (k, v) in usage {
+            if k != "promptTokenCount" && k != "candidatesTokenCount" {
+                meta.insert(k.clone(), v.clone());
+            }
+        }
+        out.push(signal);
+    }
+}
+
+fn tool_call(d: &HookDecoder, h: &Hook<'_>) -> Signal {
+    let payload = ToolCall {
+        tool_name: h.tool().to_owned(),
+        agent_id: h.agent_id(),
+        call_id: Some(call_id(h.value)),
+        input: h.object("tool_input"),
+    }
+    .into_object();
+    let mut signal = d.envelope(h, ToolCall::KIND, payload);
+    if let Some(mcp) = h.value.get("mcp_context").filter(|v| is_informative(v)) {
+        signal
+            .metadata_mut()
+            .insert("mcpContext".into(), mcp.clone());
+    }
+    signal
+}
+
+fn tool_result(d: &HookDecoder, h: &Hook<'_>) -> Signal {
+    let response = h.value.get("tool_response");
+    let success = !response
+        .and_then(|r| r.get("error"))
+        .is_some_and(|e| !e.is_null() && e != &Value::Bool(false));
+    let output = match response {
+        Some(Value::Object(o)) => Some(truncate_object(o)),
+        Some(Value::Null) | None => None,
+        Some(other) => Some(patchbay_signal::object! {"content" => truncate_strings(other)}),
+    };
+    let payload = ToolResult {
+        tool_name: h.tool().to_owned(),
+        agent_id: h.agent_id(),
+        call_id: Some(call_id(h.value)),
+        success,
+        output,
+    }
+    .into_object();
+    let mut signal = d.envelope(h, ToolResult::KIND, payload);
+    if let Some(mcp) = h.value.get("mcp_context").filter(|v| is_informative(v)) {
+        signal
+            .metadata_mut()
+            .insert("mcpContext".into(), mcp.clone());
+    }
+    signal
+}
+
+/// `gemini_cli.<event>` with `payload`.
+fn details(d: &HookDecoder, h: &Hook<'_>, payload: Object) -> Signal {
+    d.envelope(h, &event_type(h.event), payload)
 }
 
 /// A model event's payload: the request's `model`, `config`, `toolConfig` and the number

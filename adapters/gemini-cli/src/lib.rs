@@ -97,35 +97,32 @@ pub mod settings;
 pub mod stream;
 mod transport;
 
-pub use decode::{HookDecoder, agent_of, call_id, event_type, task_id};
+pub use decode::{GeminiHooks, HookDecoder, agent_of, call_id, event_type, task_id};
 pub use gate::hook_answer;
 pub use settings::SettingsError;
 pub use stream::{GeminiStream, StreamJsonDecoder};
 pub use transport::{DEFAULT_LISTEN, GeminiCliConfig};
 
-use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
 /// `type = "gemini_cli"`: the hook endpoint (a source that listens, or an output that
 /// also takes `control.answer` for the gate), and the decoder of `patchbay parse
 /// --protocol gemini` (no wrapper), and the probe `local:gemini-cli` ([`probe`]).
-pub const ADAPTER: Adapter = Adapter {
-    name: "gemini_cli",
-    protocol: "gemini",
-    summary: "Google Gemini CLI (command hooks, --output-format stream-json)",
-    components: &[ComponentType {
-        name: "gemini_cli",
-        summary: "Gemini CLI's hook endpoint: every hook event in, control.answer for the gate",
-        role: Role::Link {
-            source: patchbay_hooks::build_source::<transport::Gemini>,
-            output: patchbay_hooks::build_output::<transport::Gemini>,
-        },
-        options: options_of::<GeminiCliConfig>,
-    }],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[probe::PROBE],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "gemini_cli",
+    "Google Gemini CLI (command hooks, --output-format stream-json)",
+    &[ComponentType::link(
+        "gemini_cli",
+        "Gemini CLI's hook endpoint: every hook event in, control.answer for the gate",
+        patchbay_hooks::build_source::<transport::Gemini>,
+        patchbay_hooks::build_output::<transport::Gemini>,
+        options_of::<GeminiCliConfig>,
+    )],
+)
+.protocol("gemini")
+.parse(parse_decoder)
+.probes(&[probe::PROBE]);
 
 /// The decoder `patchbay parse --protocol gemini` drives: NDJSON whose lines are
 /// `gemini --output-format stream-json` events or hook payloads (a JSON object with

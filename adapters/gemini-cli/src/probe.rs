@@ -6,30 +6,26 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use patchbay_graph::probe::{Offers, ProbeContext, Service};
+use patchbay_graph::probe::{ProbeContext, Service};
 use patchbay_graph::{BoxFuture, descriptor::Probe};
-use patchbay_hooks::settings_file::read_existing;
-use patchbay_transport::probe::{find_program, program_state};
+use patchbay_hooks::probe::HookAgentProbe;
+use patchbay_transport::probe::find_program;
 use serde_json::Value;
 
 use crate::settings;
 
 /// The probe of `local:gemini-cli`.
-pub const PROBE: Probe = Probe {
-    service: "gemini-cli",
-    rescan: None,
-    run: run_probe,
-};
+pub const PROBE: Probe = AGENT.probe(run_probe);
 
-/// Reads in place: a few `stat`s along `PATH` and two small files (this crate has no
-/// blocking pool of its own to hand them to).
+/// Gemini CLI as a hook agent to find.
+const AGENT: HookAgentProbe = HookAgentProbe::new(
+    "gemini-cli",
+    "gemini",
+    "patchbay hooks install --agent gemini",
+);
+
 fn run_probe(_cx: ProbeContext) -> BoxFuture<Option<Service>> {
-    Box::pin(async move {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let cwd = std::env::current_dir().ok();
-        let path = std::env::var_os("PATH");
-        Some(report(home.as_deref(), cwd.as_deref(), path.as_deref()))
-    })
+    AGENT.run(report)
 }
 
 /// The settings files Gemini CLI reads that patchbay may write: the user's
@@ -85,18 +81,10 @@ fn url_of(command: &str) -> Option<String> {
 /// each settings file that exists, for how many events patchbay's hooks are installed and
 /// where they point (or that there are none), and when the file turns hooks off.
 pub fn report(home: Option<&Path>, cwd: Option<&Path>, path: Option<&OsStr>) -> Service {
-    let binary = find_binary(path);
-    let (address, state) = program_state(binary.as_deref(), "gemini");
-    let mut parts = Vec::new();
-    if binary.is_none() {
-        parts.push("`gemini` is not on PATH".to_owned());
-    }
-    let files = read_existing(settings_files(home, cwd));
-    for (file, text) in &files {
-        let shown = file.display();
+    AGENT.report(path, settings_files(home, cwd), |shown, text| {
         match settings::installed(text) {
-            Err(e) => parts.push(format!("{shown}:{e}")),
-            Ok(events) if events.is_empty() => parts.push(format!("{shown}: no patchbay hooks")),
+            Err(e) => format!("{shown}:{e}"),
+            Ok(events) if events.is_empty() => format!("{shown}: no patchbay hooks"),
             Ok(events) => {
                 // `installed` parsed it: it is JSON.
                 let value: Value = serde_json::from_str(text).unwrap_or_default();
@@ -107,7 +95,7 @@ pub fn report(home: Option<&Path>, cwd: Option<&Path>, path: Option<&OsStr>) -> 
                     urls.join(", ")
                 };
                 let off = value.pointer("/hooksConfig/enabled") == Some(&Value::Bool(false));
-                parts.push(format!(
+                format!(
                     "{shown}: patchbay hooks for {} event(s) → {to}{}",
                     events.len(),
                     if off {
@@ -115,14 +103,10 @@ pub fn report(home: Option<&Path>, cwd: Option<&Path>, path: Option<&OsStr>) -> 
                     } else {
                         ""
                     }
-                ));
+                )
             }
         }
-    }
-    if files.is_empty() {
-        parts.push("no settings file (patchbay hooks install --agent gemini writes one)".into());
-    }
-    Service::new(PROBE.service, Offers::Endpoint, address, state).with_detail(parts.join("; "))
+    })
 }
 
 #[cfg(test)]

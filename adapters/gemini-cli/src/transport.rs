@@ -6,13 +6,12 @@
 //! prints the answer.
 
 use patchbay_hooks::payload::event_of;
-use patchbay_hooks::{Call, EndpointDefaults, EndpointOptions, HookAgent};
+use patchbay_hooks::{Call, Decision, EndpointDefaults, EndpointOptions, HookAgent};
 use patchbay_signal::Signal;
-use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::AgentState;
 use serde_json::Value;
 
-use crate::decode::HookDecoder;
+use crate::decode::{GeminiHooks, HookDecoder};
 use crate::gate::{self, GateConfig, Verdict};
 
 /// The address the component listens on when the config names none.
@@ -36,22 +35,16 @@ impl EndpointDefaults for Gemini {
 }
 
 impl HookAgent for Gemini {
+    type Events = GeminiHooks;
+
     fn new(component: &str) -> Self {
         Gemini {
-            decoder: HookDecoder::new(format!("gemini_cli:{component}")),
+            decoder: HookDecoder::for_component(component),
         }
     }
 
-    fn name(&self) -> &'static str {
-        "gemini_cli"
-    }
-
-    fn decode(&mut self, hook: &Value, out: &mut Vec<Decoded>) {
-        self.decoder.decode(hook, out);
-    }
-
-    fn decode_bytes(&mut self, body: &[u8], out: &mut Vec<Decoded>) {
-        self.decoder.decode_bytes(body, out);
+    fn decoder(&mut self) -> &mut HookDecoder {
+        &mut self.decoder
     }
 
     /// `BeforeTool`; the `promptId` is the call's `callId` ([`gate::prompt_id`]).
@@ -62,10 +55,6 @@ impl HookAgent for Gemini {
         Some(Call::of(hook, gate::prompt_id(hook)))
     }
 
-    fn state_change(&mut self, hook: &Value, to: AgentState, reason: String) -> Signal {
-        self.decoder.state_change(hook, to, reason)
-    }
-
     fn requested(&mut self, hook: &Value, call: &Call, gate: &GateConfig) -> Signal {
         gate::approval_requested(&self.decoder, hook, &call.prompt_id, gate)
     }
@@ -74,15 +63,15 @@ impl HookAgent for Gemini {
         gate::decision(verdict)
     }
 
-    fn decided(
-        &mut self,
-        hook: &Value,
-        call: &Call,
-        verdict: Verdict,
-        by: &str,
-        reason: &str,
-    ) -> Signal {
-        gate::approval_decided(&self.decoder, hook, &call.prompt_id, verdict, by, reason)
+    fn decided(&mut self, hook: &Value, d: &Decision<'_>) -> Signal {
+        gate::approval_decided(
+            &self.decoder,
+            hook,
+            &d.call.prompt_id,
+            d.verdict,
+            d.by,
+            d.reason,
+        )
     }
 
     fn state_after(&self, verdict: Verdict) -> AgentState {

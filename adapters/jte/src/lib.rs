@@ -41,15 +41,13 @@ pub use wrap::{DEFAULT_TO, WrapError, WrapOptions, wrap, wrap_with};
 
 /// The decoder of `patchbay parse --protocol jte` and the wrapper of `patchbay wrap
 /// --protocol jte`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "jte",
-    protocol: "jte",
-    summary: "JSON terminal escapes: a program's signals from its terminal output",
-    components: &[],
-    parse: Some(parse_decoder),
-    wrap: Some(wrap_request),
-    probes: &[],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "jte",
+    "JSON terminal escapes: a program's signals from its terminal output",
+    &[],
+)
+.parse(parse_decoder)
+.wrap(wrap_request);
 
 /// `patchbay wrap --protocol jte`: [`wrap_with`] on the request.
 fn wrap_request(

@@ -71,36 +71,30 @@ pub use system::{
 };
 pub use tools::{InputOptions, learn, monitor};
 
-use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 
 /// The `midi` source and output (which blocks when full: an LED state is never dropped on
 /// the way to the port), and the decoder of `patchbay parse --protocol midi`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "midi",
-    protocol: "midi",
-    summary: "MIDI controllers: pads, keys and knobs in, LEDs and messages out",
-    components: &[
-        ComponentType {
-            name: "midi",
-            summary: "a MIDI input port (by name or regex, hot-plugged)",
-            role: Role::Source(source::build),
-            options: options_of::<MidiSourceConfig>,
-        },
-        ComponentType {
-            name: "midi",
-            summary: "a MIDI output port: LEDs and messages from signals",
-            role: Role::Output(OutputKind {
-                build: output::build,
-                inbound: false,
-                when_full: WhenFull::Block,
-            }),
-            options: options_of::<MidiOutputConfig>,
-        },
+pub const ADAPTER: Adapter = Adapter::new(
+    "midi",
+    "MIDI controllers: pads, keys and knobs in, LEDs and messages out",
+    &[
+        ComponentType::source(
+            "midi",
+            "a MIDI input port (by name or regex, hot-plugged)",
+            source::build,
+            options_of::<MidiSourceConfig>,
+        ),
+        ComponentType::output(
+            "midi",
+            "a MIDI output port: LEDs and messages from signals",
+            output::build,
+            options_of::<MidiOutputConfig>,
+        ),
     ],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[probe::PROBE],
-};
+)
+.parse(parse_decoder)
+.probes(&[probe::PROBE]);
 
 /// The `midi.*` signal type names.
 pub mod types {

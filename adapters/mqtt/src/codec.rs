@@ -215,11 +215,12 @@ impl Framer {
             // shutdown notice is the reason code alone), so DISCONNECT is read here.
             return Ok(Some(disconnect_v5(&frame[header_len..])));
         }
+        let packet_type = byte1_of(&frame) >> 4;
         let incoming = match self.version {
             Version::V311 => from_v4(v4::Packet::read(&mut frame, usize::MAX).map_err(malformed)?),
             Version::V5 => from_v5(v5::Packet::read(&mut frame, None).map_err(malformed)?),
         }?;
-        Ok(Some(incoming))
+        incoming.map(Some).ok_or_else(|| unexpected(packet_type))
     }
 
     /// A packet over the limit: a message is skipped once its topic and packet
@@ -361,17 +362,44 @@ fn malformed(e: impl std::fmt::Display) -> ProtocolError {
     ProtocolError::Malformed(e.to_string())
 }
 
-fn qos_of(qos: QoS) -> Result<u8, ProtocolError> {
-    match qos {
-        QoS::AtMostOnce => Ok(0),
-        QoS::AtLeastOnce => Ok(1),
-        QoS::ExactlyOnce => Err(ProtocolError::Unexpected("QoS 2 message")),
+/// A delivery's QoS level (rumqttc's `QoS` of either version, as its number): 0 or 1, as
+/// we never subscribe at QoS 2.
+fn delivery_qos(level: u8) -> Result<u8, ProtocolError> {
+    if level > 1 {
+        return Err(ProtocolError::Unexpected("QoS 2 message"));
+    }
+    Ok(level)
+}
+
+/// What a client says of a packet a broker must not send it, by packet type (the fixed
+/// header's high nibble), the same for both versions.
+fn unexpected(packet_type: u8) -> ProtocolError {
+    ProtocolError::Unexpected(match packet_type {
+        1 => "CONNECT",
+        5..=7 => "QoS 2 exchange",
+        8 => "SUBSCRIBE",
+        10 => "UNSUBSCRIBE",
+        11 => "UNSUBACK",
+        12 => "PINGREQ",
+        14 => "DISCONNECT",
+        15 => "AUTH",
+        _ => "packet",
+    })
+}
+
+/// A SUBACK of either version: `granted` reads one of its reason codes as the QoS granted
+/// or why the filter was refused.
+fn sub_ack<C>(pkid: u16, codes: Vec<C>, granted: impl Fn(C) -> Result<u8, String>) -> Incoming {
+    Incoming::SubAck {
+        pkid,
+        results: codes.into_iter().map(granted).collect(),
     }
 }
 
-fn from_v4(packet: v4::Packet) -> Result<Incoming, ProtocolError> {
+/// What an MQTT 3.1.1 packet says; `None` for a packet a broker does not send a client.
+fn from_v4(packet: v4::Packet) -> Result<Option<Incoming>, ProtocolError> {
     use v4::{ConnectReturnCode as C, Packet as P};
-    Ok(match packet {
+    Ok(Some(match packet {
         P::ConnAck(ack) => {
             let (reason, permanent) = match ack.code {
                 C::Success => ("", false),
@@ -391,7 +419,7 @@ fn from_v4(packet: v4::Packet) -> Result<Incoming, ProtocolError> {
             })
         }
         P::Publish(p) => Incoming::Publish(Delivery {
-            qos: qos_of(p.qos)?,
+            qos: delivery_qos(p.qos as u8)?,
             topic: p.topic,
             payload: p.payload,
             pkid: p.pkid,
@@ -402,41 +430,19 @@ fn from_v4(packet: v4::Packet) -> Result<Incoming, ProtocolError> {
             pkid: ack.pkid,
             refused: None,
         },
-        P::SubAck(ack) => Incoming::SubAck {
-            pkid: ack.pkid,
-            results: ack
-                .return_codes
-                .into_iter()
-                .map(|code| match code {
-                    v4::SubscribeReasonCode::Success(q) => Ok(q as u8),
-                    v4::SubscribeReasonCode::Failure => Err("refused".to_owned()),
-                })
-                .collect(),
-        },
+        P::SubAck(ack) => sub_ack(ack.pkid, ack.return_codes, |code| match code {
+            v4::SubscribeReasonCode::Success(q) => Ok(q as u8),
+            v4::SubscribeReasonCode::Failure => Err("refused".to_owned()),
+        }),
         P::PingResp => Incoming::PingResp,
-        P::Connect(_) => return Err(ProtocolError::Unexpected("CONNECT")),
-        P::PubRec(_) | P::PubRel(_) | P::PubComp(_) => {
-            return Err(ProtocolError::Unexpected("QoS 2 exchange"));
-        }
-        P::Subscribe(_) => return Err(ProtocolError::Unexpected("SUBSCRIBE")),
-        P::Unsubscribe(_) => return Err(ProtocolError::Unexpected("UNSUBSCRIBE")),
-        P::UnsubAck(_) => return Err(ProtocolError::Unexpected("UNSUBACK")),
-        P::PingReq => return Err(ProtocolError::Unexpected("PINGREQ")),
-        P::Disconnect => return Err(ProtocolError::Unexpected("DISCONNECT")),
-    })
+        _ => return Ok(None),
+    }))
 }
 
-fn qos5_of(qos: QoS5) -> Result<u8, ProtocolError> {
-    match qos {
-        QoS5::AtMostOnce => Ok(0),
-        QoS5::AtLeastOnce => Ok(1),
-        QoS5::ExactlyOnce => Err(ProtocolError::Unexpected("QoS 2 message")),
-    }
-}
-
-fn from_v5(packet: v5::Packet) -> Result<Incoming, ProtocolError> {
+/// What an MQTT 5 packet says; `None` for a packet a broker does not send a client.
+fn from_v5(packet: v5::Packet) -> Result<Option<Incoming>, ProtocolError> {
     use v5::{ConnectReturnCode as C, Packet as P};
-    Ok(match packet {
+    Ok(Some(match packet {
         P::ConnAck(ack) => {
             let permanent = matches!(
                 ack.code,
@@ -481,7 +487,7 @@ fn from_v5(packet: v5::Packet) -> Result<Incoming, ProtocolError> {
             let topic = String::from_utf8(p.topic.to_vec())
                 .map_err(|_| ProtocolError::Malformed("a topic that is not UTF-8".into()))?;
             Incoming::Publish(Delivery {
-                qos: qos5_of(p.qos)?,
+                qos: delivery_qos(p.qos as u8)?,
                 topic,
                 payload: p.payload,
                 pkid: p.pkid,
@@ -500,17 +506,10 @@ fn from_v5(packet: v5::Packet) -> Result<Incoming, ProtocolError> {
                 refused: refused.map(|r| split_words(&r)),
             }
         }
-        P::SubAck(ack) => Incoming::SubAck {
-            pkid: ack.pkid,
-            results: ack
-                .return_codes
-                .into_iter()
-                .map(|code| match code {
-                    v5::SubscribeReasonCode::Success(q) => Ok(q as u8),
-                    other => Err(split_words(&format!("{other:?}"))),
-                })
-                .collect(),
-        },
+        P::SubAck(ack) => sub_ack(ack.pkid, ack.return_codes, |code| match code {
+            v5::SubscribeReasonCode::Success(q) => Ok(q as u8),
+            other => Err(split_words(&format!("{other:?}"))),
+        }),
         P::PingResp(_) => Incoming::PingResp,
         P::Disconnect(d) => {
             let mut reason = split_words(&format!("{:?}", d.reason_code));
@@ -519,16 +518,8 @@ fn from_v5(packet: v5::Packet) -> Result<Incoming, ProtocolError> {
             }
             Incoming::Disconnect { reason }
         }
-        P::Auth(_) => return Err(ProtocolError::Unexpected("AUTH")),
-        P::Connect(..) => return Err(ProtocolError::Unexpected("CONNECT")),
-        P::PubRec(_) | P::PubRel(_) | P::PubComp(_) => {
-            return Err(ProtocolError::Unexpected("QoS 2 exchange"));
-        }
-        P::Subscribe(_) => return Err(ProtocolError::Unexpected("SUBSCRIBE")),
-        P::Unsubscribe(_) => return Err(ProtocolError::Unexpected("UNSUBSCRIBE")),
-        P::UnsubAck(_) => return Err(ProtocolError::Unexpected("UNSUBACK")),
-        P::PingReq(_) => return Err(ProtocolError::Unexpected("PINGREQ")),
-    })
+        _ => return Ok(None),
+    }))
 }
 
 fn words(code: &v5::ConnectReturnCode) -> String {
@@ -575,13 +566,24 @@ fn qos5(n: u8) -> QoS5 {
 #[error("cannot encode the packet: {0}")]
 pub struct EncodeError(String);
 
+impl From<rumqttc::mqttbytes::Error> for EncodeError {
+    fn from(e: rumqttc::mqttbytes::Error) -> Self {
+        EncodeError(e.to_string())
+    }
+}
+
+impl From<rumqttc::v5::mqttbytes::Error> for EncodeError {
+    fn from(e: rumqttc::v5::mqttbytes::Error) -> Self {
+        EncodeError(e.to_string())
+    }
+}
+
 /// Appends the CONNECT.
 pub fn connect(
     version: Version,
     p: &ConnectParams<'_>,
     out: &mut BytesMut,
 ) -> Result<(), EncodeError> {
-    let encode = |e: rumqttc::mqttbytes::Error| EncodeError(e.to_string());
     match version {
         Version::V311 => {
             let mut connect = v4::Connect::new(p.client_id);
@@ -590,7 +592,7 @@ pub fn connect(
             if p.user.is_some() || p.password.is_some() {
                 connect.set_login(p.user.unwrap_or_default(), p.password.unwrap_or_default());
             }
-            connect.write(out).map_err(encode)?;
+            connect.write(out)?;
         }
         Version::V5 => {
             let mut props = v5::ConnectProperties::new();
@@ -606,9 +608,7 @@ pub fn connect(
             let login = (p.user.is_some() || p.password.is_some()).then(|| {
                 v5::Login::new(p.user.unwrap_or_default(), p.password.unwrap_or_default())
             });
-            connect
-                .write(&None, &login, out)
-                .map_err(|e| EncodeError(e.to_string()))?;
+            connect.write(&None, &login, out)?;
         }
     }
     Ok(())
@@ -653,7 +653,7 @@ pub fn publish(
                 pkid,
                 payload: message.payload.clone(),
             };
-            p.write(out).map_err(|e| EncodeError(e.to_string()))?;
+            p.write(out)?;
         }
         Version::V5 => {
             let p = v5::Publish {
@@ -665,7 +665,7 @@ pub fn publish(
                 payload: message.payload.clone(),
                 properties: None,
             };
-            p.write(out).map_err(|e| EncodeError(e.to_string()))?;
+            p.write(out)?;
         }
     }
     Ok(())
@@ -696,7 +696,7 @@ pub fn subscribe(
                     .map(|f| v4::SubscribeFilter::new((*f).to_owned(), qos(max_qos)))
                     .collect(),
             };
-            s.write(out).map_err(|e| EncodeError(e.to_string()))?;
+            s.write(out)?;
         }
         Version::V5 => {
             let mut s = v5::Subscribe::new_many(
@@ -704,7 +704,7 @@ pub fn subscribe(
                 None,
             );
             s.pkid = pkid;
-            s.write(out).map_err(|e| EncodeError(e.to_string()))?;
+            s.write(out)?;
         }
     }
     Ok(())

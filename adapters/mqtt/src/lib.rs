@@ -30,7 +30,7 @@ pub mod topic;
 
 use patchbay_graph::{
     Adapter, BoxFuture, ComponentError, ComponentStats, ComponentType, Diagnostic, LinkEnds,
-    Options, Output, OutputContext, OutputKind, Role, Source, SourceContext, WhenFull, options_of,
+    Options, Output, OutputContext, Source, SourceContext, options_of,
 };
 use patchbay_transport::Driver;
 
@@ -39,32 +39,24 @@ pub use decode::{Message, MessageDecoder, MessageEncoder, PayloadMode, RAW_TYPE}
 pub use topic::{TopicFilter, TopicTemplate};
 
 /// The MQTT source and output, described for the registry and `patchbay components`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "mqtt",
-    protocol: "mqtt",
-    summary: "an MQTT broker (3.1.1 and 5): microcontrollers, home automation, status lamps",
-    components: &[
-        ComponentType {
-            name: "mqtt",
-            summary: "subscribe to MQTT topics (+, #): envelopes or raw `mqtt.message` (QoS 1: acked once taken)",
-            role: Role::Source(build_source),
-            options: options_of::<MqttSourceConfig>,
-        },
-        ComponentType {
-            name: "mqtt",
-            summary: "publish signals on MQTT topics from a template, retained if asked (QoS 1: sent once acked)",
-            role: Role::Output(OutputKind {
-                build: build_output,
-                inbound: false,
-                when_full: WhenFull::Block,
-            }),
-            options: options_of::<MqttOutputConfig>,
-        },
+pub const ADAPTER: Adapter = Adapter::new(
+    "mqtt",
+    "an MQTT broker (3.1.1 and 5): microcontrollers, home automation, status lamps",
+    &[
+        ComponentType::source(
+            "mqtt",
+            "subscribe to MQTT topics (+, #): envelopes or raw `mqtt.message` (QoS 1: acked once taken)",
+            build_source,
+            options_of::<MqttSourceConfig>,
+        ),
+        ComponentType::output(
+            "mqtt",
+            "publish signals on MQTT topics from a template, retained if asked (QoS 1: sent once acked)",
+            build_output,
+            options_of::<MqttOutputConfig>,
+        ),
     ],
-    parse: None,
-    wrap: None,
-    probes: &[],
-};
+);
 
 fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     Ok(Box::new(MqttSource {

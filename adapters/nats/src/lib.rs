@@ -26,7 +26,7 @@ use async_nats::jetstream;
 use futures_util::{FutureExt as _, StreamExt};
 use patchbay_graph::{
     Adapter, BoxFuture, ComponentError, ComponentStats, ComponentType, Diagnostic, HealthState,
-    Options, Output, OutputContext, OutputKind, Role, Source, SourceContext, WhenFull, options_of,
+    Options, Output, OutputContext, Source, SourceContext, options_of,
 };
 use patchbay_signal::SharedSignal;
 use patchbay_signal::normalize::Normalizer;
@@ -36,32 +36,24 @@ use serde::Deserialize;
 pub use subject::{SubjectTemplate, sanitize_token};
 
 /// The NATS source and output, described for the registry and `patchbay components`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "nats",
-    protocol: "nats",
-    summary: "a NATS bus (optionally JetStream): signals to and from other machines",
-    components: &[
-        ComponentType {
-            name: "nats",
-            summary: "subscribe to a NATS subject (wildcards, queue groups, JetStream)",
-            role: Role::Source(build_source),
-            options: options_of::<NatsSourceConfig>,
-        },
-        ComponentType {
-            name: "nats",
-            summary: "publish signals on NATS subjects from a template (JetStream: acked)",
-            role: Role::Output(OutputKind {
-                build: build_output,
-                inbound: false,
-                when_full: WhenFull::Block,
-            }),
-            options: options_of::<NatsOutputConfig>,
-        },
+pub const ADAPTER: Adapter = Adapter::new(
+    "nats",
+    "a NATS bus (optionally JetStream): signals to and from other machines",
+    &[
+        ComponentType::source(
+            "nats",
+            "subscribe to a NATS subject (wildcards, queue groups, JetStream)",
+            build_source,
+            options_of::<NatsSourceConfig>,
+        ),
+        ComponentType::output(
+            "nats",
+            "publish signals on NATS subjects from a template (JetStream: acked)",
+            build_output,
+            options_of::<NatsOutputConfig>,
+        ),
     ],
-    parse: None,
-    wrap: None,
-    probes: &[],
-};
+);
 
 /// How to reach the server and who to be: shared by the source and the output.
 #[derive(Clone, Deserialize, schemars::JsonSchema)]

@@ -13,7 +13,7 @@ mod source;
 pub use output::{FileOutputConfig, LineFormat, StdoutConfig};
 pub use source::{FileFormat, FileSourceConfig, StdinConfig};
 
-use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 use patchbay_signal::decode::NdjsonDecoder;
 
 /// The default `max_line_bytes`: 1 MiB, as the `sse` source's.
@@ -23,48 +23,38 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
 pub const MAX_LINE_BYTES_LIMIT: usize = 64 << 20;
 
 /// The `file` and `stdin` sources and the `stdout` and `file` outputs.
-pub const ADAPTER: Adapter = Adapter {
-    name: "ndjson",
-    protocol: "sajou",
-    summary: "newline-delimited JSON envelopes: files, standard input and output",
-    components: &[
-        ComponentType {
-            name: "file",
-            summary: "read signals from an NDJSON file, or replay a recorded scenario",
-            role: Role::Source(source::build_file),
-            options: options_of::<FileSourceConfig>,
-        },
-        ComponentType {
-            name: "stdin",
-            summary: "read NDJSON signals piped on standard input",
-            role: Role::Source(source::build_stdin),
-            options: options_of::<StdinConfig>,
-        },
-        ComponentType {
-            name: "stdout",
-            summary: "write signals to standard output (readable on a terminal, NDJSON when piped)",
-            role: Role::Output(OutputKind {
-                build: output::build_stdout,
-                inbound: false,
-                when_full: WhenFull::Block,
-            }),
-            options: options_of::<StdoutConfig>,
-        },
-        ComponentType {
-            name: "file",
-            summary: "append signals to an NDJSON file",
-            role: Role::Output(OutputKind {
-                build: output::build_file,
-                inbound: false,
-                when_full: WhenFull::Block,
-            }),
-            options: options_of::<FileOutputConfig>,
-        },
+pub const ADAPTER: Adapter = Adapter::new(
+    "ndjson",
+    "newline-delimited JSON envelopes: files, standard input and output",
+    &[
+        ComponentType::source(
+            "file",
+            "read signals from an NDJSON file, or replay a recorded scenario",
+            source::build_file,
+            options_of::<FileSourceConfig>,
+        ),
+        ComponentType::source(
+            "stdin",
+            "read NDJSON signals piped on standard input",
+            source::build_stdin,
+            options_of::<StdinConfig>,
+        ),
+        ComponentType::output(
+            "stdout",
+            "write signals to standard output (readable on a terminal, NDJSON when piped)",
+            output::build_stdout,
+            options_of::<StdoutConfig>,
+        ),
+        ComponentType::output(
+            "file",
+            "append signals to an NDJSON file",
+            output::build_file,
+            options_of::<FileOutputConfig>,
+        ),
     ],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[],
-};
+)
+.protocol("sajou")
+.parse(parse_decoder);
 
 /// The decoder `patchbay parse --protocol sajou` drives: generic NDJSON envelopes, lines
 /// up to [`DEFAULT_MAX_LINE_BYTES`].

@@ -23,15 +23,12 @@ pub use stream::OpenAiStreamDecoder;
 
 /// The decoder of `patchbay parse --protocol openai` (the `openai` components are the LLM
 /// proxy's).
-pub const ADAPTER: Adapter = Adapter {
-    name: "openai",
-    protocol: "openai",
-    summary: "OpenAI-compatible chat completions (streamed or whole), for `parse`",
-    components: &[],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "openai",
+    "OpenAI-compatible chat completions (streamed or whole), for `parse`",
+    &[],
+)
+.parse(parse_decoder);
 
 /// The decoder `patchbay parse --protocol openai` drives: raw SSE text or one JSON chunk
 /// per line.

@@ -96,28 +96,24 @@ pub use handshake::{
 pub use config_file::{NoToken, default_config_file, read_token, token_from_file};
 pub use transport::{DEFAULT_URL, OpenClawConfig};
 
-use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 
 /// `type = "openclaw"`: as an output it talks both ways (aborts to the gateway, its
 /// events out of `NAME.inbound`); as a source it only listens. Also the decoder of
 /// `patchbay parse --protocol openclaw`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "openclaw",
-    protocol: "openclaw",
-    summary: "an OpenClaw gateway over a WebSocket",
-    components: &[ComponentType {
-        name: "openclaw",
-        summary: "an OpenClaw gateway: agent and chat events in, aborts out",
-        role: Role::Link {
-            source: transport::build_source,
-            output: transport::build_output,
-        },
-        options: options_of::<OpenClawConfig>,
-    }],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[probe::PROBE],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "openclaw",
+    "an OpenClaw gateway over a WebSocket",
+    &[ComponentType::link(
+        "openclaw",
+        "an OpenClaw gateway: agent and chat events in, aborts out",
+        transport::build_source,
+        transport::build_output,
+        options_of::<OpenClawConfig>,
+    )],
+)
+.parse(parse_decoder)
+.probes(&[probe::PROBE]);
 use patchbay_signal::decode::StreamDecoder;
 
 /// The decoder `patchbay parse --protocol openclaw` drives: NDJSON, one frame per line,

@@ -5,10 +5,8 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use patchbay_graph::config::Secret;
-use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, LinkEnds, Options, Output, OutputContext, Source,
-    SourceContext,
-};
+use patchbay_graph::{ComponentError, Diagnostic, LinkEnds, Options, Output, Source};
+use patchbay_transport::two_way::{TwoWay, TwoWayComponent};
 use patchbay_transport::{
     Defaults, Driver, Ended, Link, Scheme, TransportConfig, TransportOptions, WsStream,
     close_reason, parse_options,
@@ -81,42 +79,26 @@ fn default_true() -> bool {
 }
 
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
-    Ok(Box::new(OpenClaw {
-        config: parse_options(options)?,
-    }))
+    Ok(TwoWayComponent::source(parse_options::<OpenClawConfig>(
+        options,
+    )?))
 }
 
 pub(crate) fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
-    Ok(Box::new(OpenClaw {
-        config: parse_options(options)?,
-    }))
+    Ok(TwoWayComponent::output(parse_options::<OpenClawConfig>(
+        options,
+    )?))
 }
 
-struct OpenClaw {
-    config: OpenClawConfig,
-}
+impl TwoWay for OpenClawConfig {
+    const TYPE: &'static str = "openclaw";
 
-impl Source for OpenClaw {
-    fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let source = format!("openclaw:{}", cx.name());
-            let mut link = OpenClawLink::new(self.config, source, false);
-            Driver::new("openclaw", &link.config.transport, LinkEnds::source(&cx))
-                .run(&mut link)
-                .await
-        })
-    }
-}
-
-impl Output for OpenClaw {
-    fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let source = format!("openclaw:{}", cx.name());
-            let mut link = OpenClawLink::new(self.config, source, true);
-            Driver::new("openclaw", &link.config.transport, LinkEnds::output(&cx))
-                .run(&mut link)
-                .await
-        })
+    /// As an output (it takes controls) it connects as an operator that may send.
+    async fn run(self, source: String, side: LinkEnds<'_>) -> Result<(), ComponentError> {
+        let mut link = OpenClawLink::new(self, source, side.controls.is_some());
+        Driver::new(Self::TYPE, &link.config.transport, side)
+            .run(&mut link)
+            .await
     }
 }
 

@@ -1,13 +1,14 @@
 //! What `opencode serve` sends on `GET /event` to signals.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use patchbay_graph::approvals::{self, Pending, Verdict};
+use patchbay_signal::agent_table::AgentTable;
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::well_known::{
-    AgentState, AgentStateChange, Completion, ErrorPayload, Payload, Severity, TaskDispatch,
-    TextDelta, Thinking, TokenUsage, ToolCall, ToolResult, as_count,
+    AgentState, Completion, ErrorPayload, Payload, Severity, TaskDispatch, TextDelta, Thinking,
+    TokenUsage, ToolCall, ToolResult, as_count,
 };
 use patchbay_signal::{Object, Signal, is_informative, millis_of, now_ms, object};
 use patchbay_sse::{SseEventRef, SseParser};
@@ -65,10 +66,9 @@ pub struct PendingPermission {
     pub approval: Pending,
 }
 
-/// One session's state as the decoder tracks it.
-#[derive(Debug, Clone)]
+/// What the decoder keeps of one session besides its state.
+#[derive(Debug, Clone, Default)]
 struct Session {
-    state: AgentState,
     /// The model of its last assistant message (`modelID`).
     model: Option<String>,
     /// The user message being answered (the task), until the session goes idle.
@@ -77,18 +77,6 @@ struct Session {
     failed: bool,
     /// The last assistant text part of the turn: the completion's result.
     last_text: Option<String>,
-}
-
-impl Default for Session {
-    fn default() -> Self {
-        Session {
-            state: AgentState::Idle,
-            model: None,
-            turn: None,
-            failed: false,
-            last_text: None,
-        }
-    }
 }
 
 /// What kind of part a part id is.
@@ -129,11 +117,9 @@ struct Ctx {
 #[derive(Debug, Clone)]
 pub struct EventDecoder {
     source: String,
-    /// The session ids, first seen first.
-    order: Vec<String>,
-    sessions: HashMap<String, Session>,
-    /// The last session seen: the agent of an event that names none.
-    current: Option<String>,
+    /// Each session's state; the current one is the last session seen, the agent of an
+    /// event that names none.
+    sessions: AgentTable<Session>,
     parts: VecDeque<Part>,
     /// Message id → role (`user`, `assistant`).
     roles: VecDeque<(String, String)>,
@@ -149,9 +135,7 @@ impl EventDecoder {
     pub fn new(source: impl Into<String>) -> Self {
         EventDecoder {
             source: source.into(),
-            order: Vec::new(),
-            sessions: HashMap::new(),
-            current: None,
+            sessions: AgentTable::new(MAX_TRACKED_SESSIONS),
             parts: VecDeque::new(),
             roles: VecDeque::new(),
             pending: BTreeMap::new(),
@@ -167,18 +151,18 @@ impl EventDecoder {
 
     /// The session ids seen (their `sessionID`), first seen first.
     pub fn sessions(&self) -> impl Iterator<Item = &str> {
-        self.order.iter().map(String::as_str)
+        self.sessions.agents().filter(|s| !s.is_empty())
     }
 
     /// The last session seen (the `agentId` of an event that names none; the session a
     /// control without `sessionId` is for).
     pub fn current_session(&self) -> Option<&str> {
-        self.current.as_deref()
+        self.sessions.current()
     }
 
     /// The state of `session` as the signals told it (`None` for a session not seen).
     pub fn state(&self, session: &str) -> Option<AgentState> {
-        self.sessions.get(session).map(|s| s.state)
+        self.sessions.state(session)
     }
 
     /// The permissions asked and not yet answered, by id.
@@ -248,7 +232,7 @@ impl EventDecoder {
                 .flatten()
         });
         if let Some(session) = &session {
-            self.note_session(session);
+            self.sessions.set_current(session);
         }
         let mut ctx = self.ctx(session, ts);
         let handled = match kind {
@@ -321,7 +305,7 @@ impl EventDecoder {
             text = Some(part.text.clone());
         }
         if kind == PartKind::Text {
-            self.session_mut(&ctx.session).last_text = text;
+            self.sessions.get_mut(&ctx.session).last_text = text;
         }
         let signal = self.text_signal(ctx, kind, delta, &part_id);
         out.push(self.finish(ctx, signal));
@@ -334,9 +318,10 @@ impl EventDecoder {
             Some("text") => self.text_part(ctx, &id, part, PartKind::Text, out),
             Some("reasoning") => self.text_part(ctx, &id, part, PartKind::Reasoning, out),
             Some("tool") => self.tool_part(ctx, &id, part, out),
-            Some("step-start") => {
-                self.transition(ctx, AgentState::Thinking, Some("step started"), out)
-            }
+            Some("step-start") => self
+                .transition(ctx, AgentState::Thinking, Some("step started"))
+                .map(|change| out.push(change))
+                .is_some(),
             Some("step-finish") => self.step_finish(ctx, part, out),
             _ => false,
         }
@@ -370,7 +355,7 @@ impl EventDecoder {
             p.text.push_str(&added);
         }
         if kind == PartKind::Text {
-            self.session_mut(&ctx.session).last_text = Some(text.to_owned());
+            self.sessions.get_mut(&ctx.session).last_text = Some(text.to_owned());
         }
         let signal = self.text_signal(ctx, kind, &added, id);
         out.push(self.finish(ctx, signal));
@@ -382,7 +367,7 @@ impl EventDecoder {
         let Some(message) = ctx.message.clone() else {
             return false;
         };
-        let session = self.session_mut(&ctx.session);
+        let session = self.sessions.get_mut(&ctx.session);
         if text.is_empty() || session.turn.as_deref() == Some(message.as_str()) {
             return false;
         }
@@ -459,13 +444,15 @@ impl EventDecoder {
                 self.tool_call(ctx, &key, tool, call_id, input, out);
                 if status == "running" {
                     let reason = format!("running {tool}");
-                    self.transition(ctx, AgentState::Acting, Some(&reason), out);
+                    out.extend(self.transition(ctx, AgentState::Acting, Some(&reason)));
                 }
                 true
             }
-            "running" if self.state_of(&ctx.session) == AgentState::Thinking => {
+            "running" if self.sessions.state_of(&ctx.session) == AgentState::Thinking => {
                 let reason = format!("running {tool}");
-                self.transition(ctx, AgentState::Acting, Some(&reason), out)
+                self.transition(ctx, AgentState::Acting, Some(&reason))
+                    .map(|change| out.push(change))
+                    .is_some()
             }
             "completed" | "error" => {
                 if !announced {
@@ -508,12 +495,11 @@ impl EventDecoder {
                 }
                 out.push(self.finish(ctx, signal));
                 if !self.calls_running(&ctx.session) {
-                    self.transition(
+                    out.extend(self.transition(
                         ctx,
                         AgentState::Thinking,
                         Some(&format!("{tool} {status}")),
-                        out,
-                    );
+                    ));
                 }
                 true
             }
@@ -560,7 +546,7 @@ impl EventDecoder {
             .get("cost")
             .and_then(Value::as_f64)
             .filter(|c| c.is_finite() && *c >= 0.0);
-        let model = self.session_mut(&ctx.session).model.clone();
+        let model = self.sessions.get_mut(&ctx.session).model.clone();
         let mut signal = TokenUsage {
             agent_id: ctx.agent.clone(),
             prompt_tokens: n("input"),
@@ -585,13 +571,14 @@ impl EventDecoder {
             return;
         };
         if role == "assistant" {
-            let session = self.session_mut(&ctx.session);
+            let idle = self.sessions.state_of(&ctx.session) == AgentState::Idle;
+            let session = self.sessions.get_mut(&ctx.session);
             if let Some(model) = str_of(info, "modelID") {
                 session.model = Some(model);
             }
             // A turn whose user message was not seen: the one this answers (not after the
             // session went idle: a late update of a finished message starts nothing).
-            if session.turn.is_none() && session.state != AgentState::Idle {
+            if session.turn.is_none() && !idle {
                 session.turn = str_of(info, "parentID");
             }
         }
@@ -608,10 +595,11 @@ impl EventDecoder {
             return false;
         };
         match status.get("type").and_then(Value::as_str) {
-            Some("busy") => match self.state_of(&ctx.session) {
-                AgentState::Idle | AgentState::Done | AgentState::Error => {
-                    self.transition(ctx, AgentState::Thinking, Some("busy"), out)
-                }
+            Some("busy") => match self.sessions.state_of(&ctx.session) {
+                AgentState::Idle | AgentState::Done | AgentState::Error => self
+                    .transition(ctx, AgentState::Thinking, Some("busy"))
+                    .map(|change| out.push(change))
+                    .is_some(),
                 _ => false,
             },
             Some("idle") => self.idle(ctx, "idle", out),
@@ -641,10 +629,10 @@ impl EventDecoder {
     /// The session is idle: the turn's `completion` (if one was in progress) and `→idle`;
     /// nothing when it is idle already.
     fn idle(&mut self, ctx: &Ctx, reason: &str, out: &mut Vec<Decoded>) -> bool {
-        if self.state_of(&ctx.session) == AgentState::Idle {
+        if self.sessions.state_of(&ctx.session) == AgentState::Idle {
             return false;
         }
-        let session = self.session_mut(&ctx.session);
+        let session = self.sessions.get_mut(&ctx.session);
         if let Some(task_id) = session.turn.take() {
             let success = !std::mem::take(&mut session.failed);
             let result = session.last_text.take();
@@ -657,7 +645,7 @@ impl EventDecoder {
             .into_signal(&self.source);
             out.push(self.finish(ctx, signal));
         }
-        self.transition(ctx, AgentState::Idle, Some(reason), out);
+        out.extend(self.transition(ctx, AgentState::Idle, Some(reason)));
         true
     }
 
@@ -683,9 +671,9 @@ impl EventDecoder {
         }
         out.push(self.finish(ctx, signal));
         if !ctx.session.is_empty() {
-            self.session_mut(&ctx.session).failed = true;
+            self.sessions.get_mut(&ctx.session).failed = true;
         }
-        self.transition(ctx, AgentState::Error, name.or(Some("session error")), out);
+        out.extend(self.transition(ctx, AgentState::Error, name.or(Some("session error"))));
         true
     }
 
@@ -728,7 +716,7 @@ impl EventDecoder {
                 input.insert(key.into(), v.clone());
             }
         }
-        self.transition(ctx, AgentState::Waiting, Some("permission asked"), out);
+        out.extend(self.transition(ctx, AgentState::Waiting, Some("permission asked")));
         let approval = Pending {
             prompt_id: id.clone(),
             component: self.source.clone(),
@@ -798,10 +786,10 @@ impl EventDecoder {
         let reason = format!("permission {reply}");
         match verdict {
             Some(Verdict::Allow | Verdict::Always) => {
-                self.transition(ctx, AgentState::Acting, Some(&reason), out);
+                out.extend(self.transition(ctx, AgentState::Acting, Some(&reason)));
             }
-            _ if self.state_of(&ctx.session) == AgentState::Waiting => {
-                self.transition(ctx, AgentState::Thinking, Some(&reason), out);
+            _ if self.sessions.state_of(&ctx.session) == AgentState::Waiting => {
+                out.extend(self.transition(ctx, AgentState::Thinking, Some(&reason)));
             }
             _ => {}
         }
@@ -829,7 +817,9 @@ impl EventDecoder {
     }
 
     fn ctx(&self, session: Option<String>, ts: i64) -> Ctx {
-        let session = session.or_else(|| self.current.clone()).unwrap_or_default();
+        let session = session
+            .or_else(|| self.sessions.current().map(str::to_owned))
+            .unwrap_or_default();
         Ctx {
             agent: if session.is_empty() {
                 self.source.clone()
@@ -846,57 +836,13 @@ impl EventDecoder {
         self.sessions.get(session).and_then(|s| s.turn.clone())
     }
 
-    fn note_session(&mut self, session: &str) {
-        self.current = Some(session.to_owned());
-        self.session_mut(session);
-    }
-
-    fn session_mut(&mut self, session: &str) -> &mut Session {
-        if !self.sessions.contains_key(session) {
-            if self.sessions.len() >= MAX_TRACKED_SESSIONS {
-                // Forget the oldest session that is not the current one.
-                let keep = self.current.clone().unwrap_or_default();
-                if let Some(i) = self.order.iter().position(|s| *s != keep) {
-                    let gone = self.order.remove(i);
-                    self.sessions.remove(&gone);
-                }
-            }
-            if !session.is_empty() {
-                self.order.push(session.to_owned());
-            }
-        }
-        self.sessions.entry(session.to_owned()).or_default()
-    }
-
-    fn state_of(&self, session: &str) -> AgentState {
-        self.sessions
-            .get(session)
-            .map_or(AgentState::Idle, |s| s.state)
-    }
-
-    /// An `agent_state_change` to `to` from the session's last state; none if it is
-    /// there already. Returns whether one was emitted.
-    fn transition(
-        &mut self,
-        ctx: &Ctx,
-        to: AgentState,
-        reason: Option<&str>,
-        out: &mut Vec<Decoded>,
-    ) -> bool {
-        let from = self.state_of(&ctx.session);
-        if from == to {
-            return false;
-        }
-        self.session_mut(&ctx.session).state = to;
-        let signal = AgentStateChange {
-            agent_id: ctx.agent.clone(),
-            from,
-            to,
-            reason: reason.map(str::to_owned),
-        }
-        .into_signal(&self.source);
-        out.push(self.finish(ctx, signal));
-        true
+    /// The `agent_state_change` to `to` from the session's last state; `None` if it is
+    /// there already.
+    fn transition(&mut self, ctx: &Ctx, to: AgentState, reason: Option<&str>) -> Option<Decoded> {
+        let change = self
+            .sessions
+            .transition(&ctx.session, &ctx.agent, to, reason)?;
+        Some(self.finish(ctx, change.into_signal(&self.source)))
     }
 
     fn role(&self, message: &str) -> Option<&str> {

@@ -95,7 +95,7 @@ pub use decode::{
 };
 pub use transport::{DEFAULT_URL, OpenCodeConfig, OpenCodeDefaults};
 
-use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
 /// `type = "opencode"`: as an output a client of `opencode serve` that sends prompts,
@@ -103,23 +103,17 @@ use patchbay_signal::decode::StreamDecoder;
 /// `control.cancel` → `abort`, `control.answer` → the permission's reply; its events out of
 /// `NAME.inbound`); as a source it only listens. Also the probe `local:opencode` and the
 /// decoder of `patchbay parse --protocol opencode`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "opencode",
-    protocol: "opencode",
-    summary: "OpenCode (`opencode serve` HTTP API and /event stream)",
-    components: &[ComponentType {
-        name: "opencode",
-        summary: "a running `opencode serve`: prompts, controls and permission answers in, its /event stream out",
-        role: Role::Link {
-            source: transport::build_source,
-            output: transport::build_output,
-        },
-        options: options_of::<OpenCodeConfig>,
-    }],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[probe::PROBE],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "opencode",
+    "OpenCode (`opencode serve` HTTP API and /event stream)",
+    &[ComponentType::link(
+        "opencode",
+        "a running `opencode serve`: prompts, controls and permission answers in, its /event stream out",
+        transport::build_source,
+        transport::build_output,
+        options_of::<OpenCodeConfig>,
+    )],
+).parse(parse_decoder).probes(&[probe::PROBE]);
 
 /// The decoder `patchbay parse --protocol opencode` drives: a raw SSE capture of
 /// `GET /event`, each event's `data` one OpenCode event.

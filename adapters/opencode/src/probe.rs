@@ -132,68 +132,48 @@ fn classify(err: &reqwest::Error) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use patchbay_testkit::stand_in::answer_once;
 
-    /// A one-connection stand-in on a free port that answers `response` after reading
-    /// the request head.
-    async fn stand_in(response: &'static [u8]) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            let (mut stream, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !request.ends_with(b"\r\n\r\n") {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => request.extend_from_slice(&buf[..n]),
-                }
-            }
-            assert!(request.starts_with(b"GET /global/health HTTP/1.1\r\n"));
-            let _ = stream.write_all(response).await;
-        });
-        addr
+    /// What the probe finds at a stand-in that answers `response`, which must have been
+    /// asked `GET /global/health`.
+    async fn probe_answered(response: &'static [u8]) -> Service {
+        let peer = answer_once(Some(response)).await;
+        let found = probe(&peer.addr, Duration::from_secs(5)).await;
+        let head = peer.request_head().await;
+        let shown = String::from_utf8_lossy(&head).into_owned();
+        assert!(
+            head.starts_with(b"GET /global/health HTTP/1.1\r\n"),
+            "{shown}"
+        );
+        found
     }
 
     #[tokio::test]
     async fn the_probe_tells_opencode_from_nobody_and_from_something_else() {
-        let timeout = Duration::from_secs(5);
-        let healthy = probe(
-            &stand_in(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 36\r\n\r\n\
-                  {\"healthy\":true,\"version\":\"1.18.33\"}",
-            )
-            .await,
-            timeout,
+        let healthy = probe_answered(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 36\r\n\r\n\
+              {\"healthy\":true,\"version\":\"1.18.33\"}",
         )
         .await;
         assert_eq!(healthy.state, ServiceState::Available, "{healthy:?}");
         assert_eq!(healthy.detail.as_deref(), Some("opencode 1.18.33"));
         assert!(healthy.address.starts_with("http://127.0.0.1:"));
 
-        let locked = probe(
-            &stand_in(
-                b"HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Basic realm=\"Secure Area\"\r\nContent-Length: 0\r\n\r\n",
-            )
-            .await,
-            timeout,
+        let locked = probe_answered(
+            b"HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Basic realm=\"Secure Area\"\r\nContent-Length: 0\r\n\r\n",
         )
         .await;
         assert_eq!(locked.state, ServiceState::Available, "{locked:?}");
         assert!(locked.detail.unwrap().contains("password"));
 
-        let html = probe(
-            &stand_in(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n<html>").await,
-            timeout,
-        )
-        .await;
+        let html = probe_answered(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n<html>").await;
         assert_eq!(html.state, ServiceState::Error, "{html:?}");
 
         let closed = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().to_string()
         };
-        let nobody = probe(&closed, timeout).await;
+        let nobody = probe(&closed, Duration::from_secs(5)).await;
         assert_eq!(nobody.state, ServiceState::Unavailable, "{nobody:?}");
         assert_eq!(nobody.detail.as_deref(), Some("connection refused"));
     }

@@ -17,16 +17,14 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use patchbay_graph::approvals::{self, GateConfig, Verdict};
 use patchbay_graph::config::Secret;
-use patchbay_graph::{
-    BoxFuture, ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, OutputContext,
-    Source, SourceContext,
-};
+use patchbay_graph::{ComponentError, Diagnostic, HealthState, LinkEnds, Options, Output, Source};
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{SharedSignal, control};
 use patchbay_sse::{SseParser, http};
+use patchbay_transport::two_way::{TwoWay, TwoWayComponent};
 use patchbay_transport::{
     Defaults, Driver, Ended, Headers, Link, RedactedUrl, Scheme, TransportConfig, TransportOptions,
-    client_builder_with, describe_http_error, parse_options,
+    describe_http_error, parse_options,
 };
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
@@ -165,38 +163,23 @@ impl OpenCodeConfig {
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
     let config = OpenCodeConfig::from_options(options)?;
     GateConfig::refuse_on_a_source(config.gate.as_ref(), options)?;
-    Ok(Box::new(OpenCode { config }))
+    Ok(TwoWayComponent::source(config))
 }
 
 pub(crate) fn build_output(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
-    Ok(Box::new(OpenCode {
-        config: OpenCodeConfig::from_options(options)?,
-    }))
+    Ok(TwoWayComponent::output(OpenCodeConfig::from_options(
+        options,
+    )?))
 }
 
-struct OpenCode {
-    config: OpenCodeConfig,
-}
+impl TwoWay for OpenCodeConfig {
+    const TYPE: &'static str = "opencode";
 
-impl Source for OpenCode {
-    fn run(self: Box<Self>, cx: SourceContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let mut link = OpenCodeLink::new(self.config, format!("opencode:{}", cx.name()));
-            Driver::new("opencode", &link.config.transport, LinkEnds::source(&cx))
-                .run(&mut link)
-                .await
-        })
-    }
-}
-
-impl Output for OpenCode {
-    fn run(self: Box<Self>, cx: OutputContext) -> BoxFuture<Result<(), ComponentError>> {
-        Box::pin(async move {
-            let mut link = OpenCodeLink::new(self.config, format!("opencode:{}", cx.name()));
-            Driver::new("opencode", &link.config.transport, LinkEnds::output(&cx))
-                .run(&mut link)
-                .await
-        })
+    async fn run(self, source: String, side: LinkEnds<'_>) -> Result<(), ComponentError> {
+        let mut link = OpenCodeLink::new(self, source);
+        Driver::new(Self::TYPE, &link.config.transport, side)
+            .run(&mut link)
+            .await
     }
 }
 
@@ -340,13 +323,8 @@ impl OpenCodeLink {
             return Ok(api.clone());
         }
         let transport = &self.config.transport;
-        let tls = transport.tls().map_err(|e| Ended::Refused(e.to_string()))?;
-        let client = client_builder_with(&tls)
-            .connect_timeout(transport.connect_timeout())
-            .build()
-            .map_err(|e| Ended::Refused(format!("HTTP client: {}", describe_http_error(&e))))?;
         let api = Arc::new(Api {
-            client,
+            client: http::client(transport)?,
             base: transport.url().trim_end_matches('/').to_owned(),
             directory: self.config.directory.clone(),
             headers: self.config.headers.pairs().collect(),
@@ -368,35 +346,20 @@ impl Link for OpenCodeLink {
     async fn connect(&mut self, _ends: &LinkEnds<'_>) -> Result<reqwest::Response, Ended> {
         let api = self.api()?;
         let shown = RedactedUrl(self.config.transport.url()).to_string();
-        let response = http::event_stream(api.builder(&client::events()))
-            .send()
+        let stream = http::StreamRequest {
+            shown: &shown,
+            asked: " to GET /event",
+            refused_hint: if self.config.password.is_some() {
+                " (check `password` and `username`)"
+            } else {
+                " (the server has a password: set `password`)"
+            },
+            not_a_stream_hint: ": is it opencode serve?",
+            no_content_ends: false,
+        };
+        stream
+            .open(http::event_stream(api.builder(&client::events())))
             .await
-            .map_err(|e| Ended::Lost(describe_http_error(&e)))?;
-        let status = response.status().as_u16();
-        match status {
-            200 => {}
-            401 | 403 => {
-                let why = if self.config.password.is_some() {
-                    "check `password` and `username`"
-                } else {
-                    "the server has a password: set `password`"
-                };
-                return Err(Ended::Refused(format!(
-                    "{shown} refused the event stream: HTTP {status} ({why})"
-                )));
-            }
-            _ => {
-                return Err(Ended::Lost(format!(
-                    "{shown} answered HTTP {status} to GET /event"
-                )));
-            }
-        }
-        if let Some(content_type) = http::not_event_stream(&response) {
-            return Err(Ended::Lost(format!(
-                "{shown} answered `{content_type}` to GET /event, not text/event-stream: is it opencode serve?"
-            )));
-        }
-        Ok(response)
     }
 
     /// The events until the stream ends; the controls meanwhile.

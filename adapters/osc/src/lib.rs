@@ -86,34 +86,26 @@ pub use source::{
     SOURCE_GAUGES, SourceSettings,
 };
 
-use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 
 /// The `osc` source and output (which blocks when full, as MIDI's does: a control
 /// surface's state is not dropped on the way), and the decoder of `patchbay parse
 /// --protocol osc`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "osc",
-    protocol: "osc",
-    summary: "OSC over UDP: phones and tablets (TouchOSC, Open Stage Control), TouchDesigner, Max, Pd, lighting desks",
-    components: &[
-        ComponentType {
-            name: "osc",
-            summary: "receive OSC packets on a UDP port: each message an `osc.message`",
-            role: Role::Source(source::build),
-            options: options_of::<OscSourceConfig>,
-        },
-        ComponentType {
-            name: "osc",
-            summary: "send signals as OSC messages (address template, args) to UDP targets",
-            role: Role::Output(OutputKind {
-                build: output::build,
-                inbound: false,
-                when_full: WhenFull::Block,
-            }),
-            options: options_of::<OscOutputConfig>,
-        },
+pub const ADAPTER: Adapter = Adapter::new(
+    "osc",
+    "OSC over UDP: phones and tablets (TouchOSC, Open Stage Control), TouchDesigner, Max, Pd, lighting desks",
+    &[
+        ComponentType::source(
+            "osc",
+            "receive OSC packets on a UDP port: each message an `osc.message`",
+            source::build,
+            options_of::<OscSourceConfig>,
+        ),
+        ComponentType::output(
+            "osc",
+            "send signals as OSC messages (address template, args) to UDP targets",
+            output::build,
+            options_of::<OscOutputConfig>,
+        ),
     ],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[],
-};
+).parse(parse_decoder);

@@ -74,6 +74,51 @@ struct Open {
     parent: Option<String>,
 }
 
+impl Open {
+    /// What starts at `time` under `key` (a `tool` call or a `task`, `what`), in the trace
+    /// of `signal`; the rest is filled in by the caller.
+    fn start(signal: &Signal, what: &str, key: &str, time: u64) -> Open {
+        Open {
+            start_ns: time,
+            trace_id: trace_id(signal, key),
+            span_id: span_id(what, key),
+            name: String::new(),
+            agent: None,
+            detail: None,
+            parent: None,
+        }
+    }
+
+    /// The span of what ended at `end`, named `name` (trailing spaces cut); `failure` is
+    /// the status message of what failed.
+    fn into_span(
+        self,
+        name: &str,
+        attributes: Vec<KeyValue>,
+        end: u64,
+        failure: Option<String>,
+    ) -> Span {
+        Span {
+            trace_id: Some(self.trace_id),
+            span_id: Some(self.span_id),
+            parent_span_id: self.parent,
+            name: name.trim_end().to_owned(),
+            kind: SPAN_KIND_INTERNAL,
+            start_time_unix_nano: self.start_ns,
+            end_time_unix_nano: end.max(self.start_ns),
+            attributes,
+            events: Vec::new(),
+            status_code: if failure.is_some() { STATUS_ERROR } else { 0 },
+            status_message: failure.unwrap_or_default(),
+        }
+    }
+
+    /// Its trace and span ids, for the log records of its start and end.
+    fn ids(&self) -> (String, String) {
+        (self.trace_id.clone(), self.span_id.clone())
+    }
+}
+
 /// A table of open calls or tasks, bounded: the oldest is forgotten first.
 #[derive(Debug, Default)]
 struct OpenTable {
@@ -82,7 +127,9 @@ struct OpenTable {
 }
 
 impl OpenTable {
-    fn insert(&mut self, key: String, value: Open) {
+    /// Remembers `value` until its end; returns its ids.
+    fn insert(&mut self, key: String, value: Open) -> (String, String) {
+        let ids = value.ids();
         if self.open.insert(key.clone(), value).is_none() {
             self.order.push_back(key);
         }
@@ -93,6 +140,20 @@ impl OpenTable {
                 }
                 None => break,
             }
+        }
+        ids
+    }
+
+    /// Ends what is open under `key`, if anything is: its ids and the span `finish` makes
+    /// of it (with the key).
+    fn close(
+        &mut self,
+        key: Option<String>,
+        finish: impl FnOnce(Open, &str) -> Span,
+    ) -> (Option<(String, String)>, Option<Span>) {
+        match key.and_then(|key| Some((self.take(&key)?, key))) {
+            Some((open, key)) => (Some(open.ids()), Some(finish(open, &key))),
+            None => (None, None),
         }
     }
 
@@ -177,57 +238,37 @@ impl Encoder {
         match &*signal.kind {
             "tool_call" => {
                 if let Some(call) = text("callId") {
-                    let trace_id = trace_id(signal, &call);
+                    let mut open = Open::start(signal, "tool", &call, time);
                     // A task of the same trace (correlation) is open: the call is made in it.
-                    let parent = self
+                    open.parent = self
                         .tasks
                         .open
                         .values()
-                        .find(|task| task.trace_id == trace_id)
+                        .find(|task| task.trace_id == open.trace_id)
                         .map(|task| task.span_id.clone());
-                    let open = Open {
-                        start_ns: time,
-                        trace_id,
-                        span_id: span_id("tool", &call),
-                        name: text("toolName").unwrap_or_default(),
-                        agent: agent.clone(),
-                        detail: payload.get("input").cloned(),
-                        parent,
-                    };
-                    ids = Some((open.trace_id.clone(), open.span_id.clone()));
-                    self.calls.insert(call, open);
+                    open.name = text("toolName").unwrap_or_default();
+                    open.agent = agent.clone();
+                    open.detail = payload.get("input").cloned();
+                    ids = Some(self.calls.insert(call, open));
                 }
             }
             "tool_result" => {
-                if let Some(call) = text("callId")
-                    && let Some(open) = self.calls.take(&call)
-                {
-                    ids = Some((open.trace_id.clone(), open.span_id.clone()));
-                    span = Some(tool_span(open, &call, payload, time));
-                }
+                (ids, span) = self.calls.close(text("callId"), |open, call| {
+                    tool_span(open, call, payload, time)
+                });
             }
             "task_dispatch" => {
                 if let Some(task) = text("taskId") {
-                    let open = Open {
-                        start_ns: time,
-                        trace_id: trace_id(signal, &task),
-                        span_id: span_id("task", &task),
-                        name: String::new(),
-                        agent: text("to"),
-                        detail: payload.get("description").cloned(),
-                        parent: None,
-                    };
-                    ids = Some((open.trace_id.clone(), open.span_id.clone()));
-                    self.tasks.insert(task, open);
+                    let mut open = Open::start(signal, "task", &task, time);
+                    open.agent = text("to");
+                    open.detail = payload.get("description").cloned();
+                    ids = Some(self.tasks.insert(task, open));
                 }
             }
             "completion" => {
-                if let Some(task) = text("taskId")
-                    && let Some(open) = self.tasks.take(&task)
-                {
-                    ids = Some((open.trace_id.clone(), open.span_id.clone()));
-                    span = Some(agent_span(open, &task, payload, agent.clone(), time));
-                }
+                (ids, span) = self.tasks.close(text("taskId"), |open, task| {
+                    agent_span(open, task, payload, agent.clone(), time)
+                });
             }
             _ => {}
         }
@@ -292,42 +333,27 @@ fn tool_span(open: Open, call: &str, payload: &Object, end: u64) -> Span {
             str_value(&output.to_string()),
         ));
     }
-    let message = if success {
-        String::new()
-    } else {
+    let failure = (!success).then(|| {
+        attributes.push(kv("error.type", str_value("tool_error")));
         output
             .and_then(|o| o.get("error"))
             .and_then(Value::as_str)
             .unwrap_or("the tool failed")
             .to_owned()
-    };
-    if !success {
-        attributes.push(kv("error.type", str_value("tool_error")));
-    }
-    Span {
-        trace_id: Some(open.trace_id),
-        span_id: Some(open.span_id),
-        parent_span_id: open.parent,
-        name: format!("execute_tool {}", open.name).trim_end().to_owned(),
-        kind: SPAN_KIND_INTERNAL,
-        start_time_unix_nano: open.start_ns,
-        end_time_unix_nano: end.max(open.start_ns),
-        attributes,
-        events: Vec::new(),
-        status_code: if success { 0 } else { STATUS_ERROR },
-        status_message: message,
-    }
+    });
+    let name = format!("execute_tool {}", open.name);
+    open.into_span(&name, attributes, end, failure)
 }
 
 fn agent_span(
-    open: Open,
+    mut open: Open,
     task: &str,
     payload: &Object,
     completed_by: Option<String>,
     end: u64,
 ) -> Span {
     let success = payload.get("success").and_then(Value::as_bool) != Some(false);
-    let agent = open.agent.or(completed_by).unwrap_or_default();
+    let agent = open.agent.take().or(completed_by).unwrap_or_default();
     let mut attributes = vec![
         kv("gen_ai.operation.name", str_value("invoke_agent")),
         kv("gen_ai.agent.id", str_value(&agent)),
@@ -340,23 +366,8 @@ fn agent_span(
     if let Some(result) = result {
         attributes.push(kv("patchbay.task.result", str_value(result)));
     }
-    Span {
-        trace_id: Some(open.trace_id),
-        span_id: Some(open.span_id),
-        parent_span_id: None,
-        name: format!("invoke_agent {agent}").trim_end().to_owned(),
-        kind: SPAN_KIND_INTERNAL,
-        start_time_unix_nano: open.start_ns,
-        end_time_unix_nano: end.max(open.start_ns),
-        attributes,
-        events: Vec::new(),
-        status_code: if success { 0 } else { STATUS_ERROR },
-        status_message: if success {
-            String::new()
-        } else {
-            result.unwrap_or("the task failed").to_owned()
-        },
-    }
+    let failure = (!success).then(|| result.unwrap_or("the task failed").to_owned());
+    open.into_span(&format!("invoke_agent {agent}"), attributes, end, failure)
 }
 
 /// Epoch milliseconds to nanoseconds (negative: 0).

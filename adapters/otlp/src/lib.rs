@@ -85,39 +85,31 @@ pub use exporter::OtlpExporterConfig;
 pub use model::{Cuts, Limits, Model, ModelError, SignalKind};
 pub use receiver::OtlpConfig;
 
-use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
 /// The OTLP adapter: the `otlp` source (an OTLP/HTTP and OTLP/gRPC receiver,
 /// [`OtlpConfig`]), the `otlp` output (an OTLP/HTTP or OTLP/gRPC exporter,
 /// [`OtlpExporterConfig`]) and the decoder of `patchbay parse --protocol otlp` (no
 /// wrapper, no probe).
-pub const ADAPTER: Adapter = Adapter {
-    name: "otlp",
-    protocol: "otlp",
-    summary: "OpenTelemetry OTLP exports (logs, traces, metrics) of agent CLIs and GenAI apps",
-    components: &[
-        ComponentType {
-            name: "otlp",
-            summary: "OTLP/HTTP and OTLP/gRPC receiver (as the OpenTelemetry Collector's): logs, traces, metrics in",
-            role: Role::Source(receiver::build_source),
-            options: options_of::<OtlpConfig>,
-        },
-        ComponentType {
-            name: "otlp",
-            summary: "OTLP/HTTP or OTLP/gRPC exporter: signals out as logs, tool calls and tasks as GenAI spans",
-            role: Role::Output(OutputKind {
-                build: exporter::build,
-                inbound: false,
-                when_full: WhenFull::Block,
-            }),
-            options: options_of::<OtlpExporterConfig>,
-        },
+pub const ADAPTER: Adapter = Adapter::new(
+    "otlp",
+    "OpenTelemetry OTLP exports (logs, traces, metrics) of agent CLIs and GenAI apps",
+    &[
+        ComponentType::source(
+            "otlp",
+            "OTLP/HTTP and OTLP/gRPC receiver (as the OpenTelemetry Collector's): logs, traces, metrics in",
+            receiver::build_source,
+            options_of::<OtlpConfig>,
+        ),
+        ComponentType::output(
+            "otlp",
+            "OTLP/HTTP or OTLP/gRPC exporter: signals out as logs, tool calls and tasks as GenAI spans",
+            exporter::build,
+            options_of::<OtlpExporterConfig>,
+        ),
     ],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[],
-};
+).parse(parse_decoder);
 
 /// The decoder `patchbay parse --protocol otlp` drives: OTLP/JSON bodies (each an
 /// `ExportLogsServiceRequest`, `ExportTraceServiceRequest` or

@@ -456,39 +456,23 @@ impl Model {
                 found,
             });
         }
-        let mut reader = JsonReader {
+        let reader = JsonReader {
             limits,
             cuts: Cuts::default(),
             items: 0,
         };
         Ok(match kind {
             SignalKind::Logs => {
-                let resources =
-                    reader.resources(obj, kind, "scopeLogs", "logRecords", |r, v, p| {
-                        r.log_record(v, p)
-                    })?;
-                Model::Logs(Export {
-                    resources,
-                    cuts: reader.cuts,
-                })
+                let read: ItemReader<LogRecord> = |r, v, p| r.log_record(v, p);
+                Model::Logs(reader.export(obj, kind, "scopeLogs", "logRecords", read)?)
             }
             SignalKind::Traces => {
-                let resources =
-                    reader.resources(obj, kind, "scopeSpans", "spans", |r, v, p| r.span(v, p))?;
-                Model::Traces(Export {
-                    resources,
-                    cuts: reader.cuts,
-                })
+                let read: ItemReader<Span> = |r, v, p| r.span(v, p);
+                Model::Traces(reader.export(obj, kind, "scopeSpans", "spans", read)?)
             }
             SignalKind::Metrics => {
-                let resources =
-                    reader.resources(obj, kind, "scopeMetrics", "metrics", |r, v, p| {
-                        r.metric(v, p)
-                    })?;
-                Model::Metrics(Export {
-                    resources,
-                    cuts: reader.cuts,
-                })
+                let read: ItemReader<Metric> = |r, v, p| r.metric(v, p);
+                Model::Metrics(reader.export(obj, kind, "scopeMetrics", "metrics", read)?)
             }
         })
     }
@@ -566,6 +550,22 @@ struct JsonReader<'l> {
 type ItemReader<T> = fn(&mut JsonReader<'_>, &Map<String, Value>, &str) -> Result<T, ModelError>;
 
 impl JsonReader<'_> {
+    /// The whole export of one kind: its resources, then what was cut from them.
+    fn export<T>(
+        mut self,
+        obj: &Map<String, Value>,
+        kind: SignalKind,
+        scopes_key: &'static str,
+        items_key: &'static str,
+        read: ItemReader<T>,
+    ) -> Result<Export<T>, ModelError> {
+        let resources = self.resources(obj, kind, scopes_key, items_key, read)?;
+        Ok(Export {
+            resources,
+            cuts: self.cuts,
+        })
+    }
+
     fn resources<T>(
         &mut self,
         obj: &Map<String, Value>,

@@ -51,8 +51,11 @@ use patchbay_graph::{
 use patchbay_server::parse_listen;
 use patchbay_signal::SharedSignal;
 use patchbay_signal::normalize::Decoded;
-use patchbay_transport::known_keys;
-use patchbay_transport::listen::{self, Access, Limits, Listener, ListenerOptions, Origins};
+use patchbay_transport::listen::{
+    self, Access, Limits, Listener, ListenerOptions, Origins, check_ingest_timeout,
+    default_ingest_timeout_ms,
+};
+use patchbay_transport::parse_flattened;
 use serde::Deserialize;
 use tokio::sync::{Mutex, watch};
 
@@ -125,9 +128,6 @@ fn default_grpc_listen() -> String {
 }
 fn default_max_body() -> usize {
     4 << 20
-}
-fn default_ingest_timeout_ms() -> u64 {
-    5000
 }
 /// Checked options: what the running receiver uses.
 #[derive(Debug, Clone)]
@@ -223,14 +223,9 @@ impl OtlpConfig {
 }
 
 pub(crate) fn build_source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
-    options.refuse_unknown_keys(known_keys::<OtlpConfig>().iter().map(String::as_str))?;
-    let config: OtlpConfig = options.parse()?;
+    let config: OtlpConfig = parse_flattened(options)?;
     options.check_range("max_body", config.max_body, 1..=MAX_BODY_LIMIT)?;
-    options.check_range(
-        "ingest_timeout_ms",
-        config.ingest_timeout_ms,
-        0..=MAX_DURATION_MS,
-    )?;
+    check_ingest_timeout(options, config.ingest_timeout_ms)?;
     let settings = config
         .check()
         .map_err(|(key, msg)| options.error_at(key, msg))?;

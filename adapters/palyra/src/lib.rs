@@ -27,7 +27,7 @@ mod envelope;
 pub mod realtime;
 pub mod transport;
 
-use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 use patchbay_signal::decode::StreamDecoder;
 
 pub use acp::{
@@ -41,23 +41,18 @@ pub use transport::{Mode, PalyraConfig, Secret};
 /// `type = "palyra"`: as an output it talks both ways (prompts and controls to the
 /// daemon, its events out of `NAME.inbound`); as a source it only listens. Also the decoder
 /// of `patchbay parse --protocol palyra`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "palyra",
-    protocol: "palyra",
-    summary: "Palyra agents: the daemon's realtime WebSocket and its ACP bridge",
-    components: &[ComponentType {
-        name: "palyra",
-        summary: "a Palyra daemon: console events in, prompts and controls out",
-        role: Role::Link {
-            source: transport::build_source,
-            output: transport::build_output,
-        },
-        options: options_of::<PalyraConfig>,
-    }],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "palyra",
+    "Palyra agents: the daemon's realtime WebSocket and its ACP bridge",
+    &[ComponentType::link(
+        "palyra",
+        "a Palyra daemon: console events in, prompts and controls out",
+        transport::build_source,
+        transport::build_output,
+        options_of::<PalyraConfig>,
+    )],
+)
+.parse(parse_decoder);
 
 /// The decoder `patchbay parse --protocol palyra` drives: NDJSON whose lines are console
 /// run stream lines, realtime frames, ACP result envelopes or recorded lines

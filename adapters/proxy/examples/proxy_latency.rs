@@ -74,14 +74,14 @@ async fn proxy(upstream: &str) -> String {
         }
         n
     });
-    let state = Arc::new(ProxyState::new(
-        Api::OpenAi,
-        http_client().expect("client"),
-        upstream.to_owned(),
-        "openai:bench".into(),
-        Duration::from_secs(30),
+    let state = Arc::new(ProxyState {
+        api: Api::OpenAi,
+        client: http_client().expect("client"),
+        upstream: upstream.to_owned(),
+        source: "openai:bench".into(),
+        timeout: Duration::from_secs(30),
         emitter,
-    ));
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use crate::api::Api;
 use crate::config::{LlmConfig, PromptConfig, ProxyConfig};
 use crate::proxy::{DESCRIPTION_MAX, ProxyState, door, http_client, poll_models, serve_with};
-use crate::tap::{Emitter, Tap};
+use crate::tap::{Emitter, TapRequest};
 
 /// The longest a health poll waits for `/v1/models`.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -84,14 +84,14 @@ impl Source for ProxySource {
             let source = format!("{}:{}", api.type_name(), cx.name());
             let (emitter, emit_task) = Emitter::new(cx.clone());
             let emit_task = tokio::spawn(emit_task);
-            let state = Arc::new(ProxyState::new(
+            let state = Arc::new(ProxyState {
                 api,
-                client.clone(),
-                config.upstream.clone(),
+                client: client.clone(),
+                upstream: config.upstream.clone(),
                 source,
-                Duration::from_millis(config.timeout_ms),
+                timeout: Duration::from_millis(config.timeout_ms),
                 emitter,
-            ));
+            });
             tracing::info!(listen = %listen, upstream = config.upstream, "{} proxy listening", api.type_name());
             let door = door(
                 cx.name(),
@@ -217,7 +217,7 @@ fn prompt_text(signal: &SharedSignal) -> Option<&str> {
     signal.payload.get("text").and_then(|t| t.as_str())
 }
 
-/// Runs one prompt: the `task_dispatch`, then the streamed response through a [`Tap`]
+/// Runs one prompt: the `task_dispatch`, then the streamed response through a [`Tap`](crate::Tap)
 /// whose signals carry the prompt's new correlation id. Returns the failure, if any (it is
 /// also emitted as an `error` signal).
 async fn prompt(
@@ -265,18 +265,18 @@ async fn prompt(
         request = request.header("anthropic-version", crate::api::ANTHROPIC_VERSION);
     }
     let timeout = Duration::from_millis(config.timeout_ms);
+    let tapped = TapRequest {
+        api,
+        source,
+        request_id: &correlation,
+        model: Some(model.clone()),
+        decode: true,
+        emitter: emitter.clone(),
+    };
     let tap_for = |status: u16, content_type: &str| {
-        Tap::new(
-            api,
-            source,
-            &correlation,
-            Some(model.clone()),
-            status,
-            content_type,
-            true,
-            emitter.clone(),
-        )
-        .correlate(correlation.clone())
+        tapped
+            .tap(status, content_type)
+            .correlate(correlation.clone())
     };
     let response = match tokio::time::timeout(timeout, request.send()).await {
         Ok(Ok(response)) => response,

@@ -4,8 +4,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use patchbay_graph::config::MAX_DURATION_MS;
 use patchbay_graph::{Diagnostic, Options};
-use patchbay_transport::known_keys;
 use patchbay_transport::listen::{Limits, ListenerOptions};
+use patchbay_transport::parse_flattened;
 use serde::Deserialize;
 
 pub use patchbay_graph::config::Secret;
@@ -94,15 +94,9 @@ fn default_max_tokens() -> u32 {
 }
 
 impl LlmConfig {
-    /// The options as written, unknown keys refused.
-    fn parse(options: &Options<'_>) -> Result<LlmConfig, Diagnostic> {
-        options.refuse_unknown_keys(known_keys::<LlmConfig>().iter().map(String::as_str))?;
-        options.parse()
-    }
-
     /// Parses and checks the options of a proxy-mode source (no I/O).
     pub fn proxy_from_options(options: &Options<'_>) -> Result<ProxyConfig, Diagnostic> {
-        let config = LlmConfig::parse(options)?;
+        let config = parse_flattened::<LlmConfig>(options)?;
         if config.mode != Mode::Proxy {
             return Err(options.error_at(
                 "mode",
@@ -154,7 +148,7 @@ impl LlmConfig {
 
     /// Parses and checks the options of a prompt-mode output (no I/O).
     pub fn prompt_from_options(options: &Options<'_>) -> Result<PromptConfig, Diagnostic> {
-        let config = LlmConfig::parse(options)?;
+        let config = parse_flattened::<LlmConfig>(options)?;
         if config.mode != Mode::Prompt {
             return Err(options.error_at(
                 "mode",

@@ -34,53 +34,47 @@ pub mod probe;
 mod proxy;
 mod tap;
 
-use patchbay_graph::{Adapter, ComponentType, OutputKind, Role, WhenFull, options_of};
+use patchbay_graph::registry::{OutputBuilder, SourceBuilder};
+use patchbay_graph::{Adapter, ComponentType, options_of};
+
+/// `name` in proxy mode: a tap proxy in front of its API.
+const fn proxy_source(
+    name: &'static str,
+    summary: &'static str,
+    build: SourceBuilder,
+) -> ComponentType {
+    ComponentType::source(name, summary, build, options_of::<LlmConfig>)
+}
+
+/// `name` in prompt mode: an output that sends prompts to its API, the answers out of
+/// `NAME.inbound`.
+const fn prompt_output(name: &'static str, build: OutputBuilder) -> ComponentType {
+    let summary = "prompt mode: sends prompts, the streamed answer comes out of NAME.inbound";
+    ComponentType::output(name, summary, build, options_of::<LlmConfig>).inbound()
+}
 
 /// `openai` and `anthropic`, each as a source (proxy mode) and as a two-way output (prompt
 /// mode, signals out of `NAME.inbound`, queue blocking when full so that no prompt is
 /// dropped).
-pub const ADAPTER: Adapter = Adapter {
-    name: "proxy",
-    protocol: "proxy",
-    summary: "LLM APIs (OpenAI-compatible, Anthropic): a tap proxy, and prompts from the graph",
-    components: &[
-        ComponentType {
-            name: "openai",
-            summary: "a tap proxy in front of an OpenAI-compatible API (Ollama, LM Studio, OpenAI)",
-            role: Role::Source(component::build_openai_source),
-            options: options_of::<LlmConfig>,
-        },
-        ComponentType {
-            name: "anthropic",
-            summary: "a tap proxy in front of the Anthropic Messages API",
-            role: Role::Source(component::build_anthropic_source),
-            options: options_of::<LlmConfig>,
-        },
-        ComponentType {
-            name: "openai",
-            summary: "prompt mode: sends prompts, the streamed answer comes out of NAME.inbound",
-            role: Role::Output(OutputKind {
-                build: component::build_openai_output,
-                inbound: true,
-                when_full: WhenFull::Block,
-            }),
-            options: options_of::<LlmConfig>,
-        },
-        ComponentType {
-            name: "anthropic",
-            summary: "prompt mode: sends prompts, the streamed answer comes out of NAME.inbound",
-            role: Role::Output(OutputKind {
-                build: component::build_anthropic_output,
-                inbound: true,
-                when_full: WhenFull::Block,
-            }),
-            options: options_of::<LlmConfig>,
-        },
+pub const ADAPTER: Adapter = Adapter::new(
+    "proxy",
+    "LLM APIs (OpenAI-compatible, Anthropic): a tap proxy, and prompts from the graph",
+    &[
+        proxy_source(
+            "openai",
+            "a tap proxy in front of an OpenAI-compatible API (Ollama, LM Studio, OpenAI)",
+            component::build_openai_source,
+        ),
+        proxy_source(
+            "anthropic",
+            "a tap proxy in front of the Anthropic Messages API",
+            component::build_anthropic_source,
+        ),
+        prompt_output("openai", component::build_openai_output),
+        prompt_output("anthropic", component::build_anthropic_output),
     ],
-    parse: None,
-    wrap: None,
-    probes: &probe::PROBES,
-};
+)
+.probes(&probe::PROBES);
 
 pub use api::{ANTHROPIC_VERSION, Api, RequestSummary, ResponseDecoder, error_body};
 pub use component::{PromptOutput, ProxySource};
@@ -90,4 +84,4 @@ pub use config::{
 pub use proxy::{
     DESCRIPTION_MAX, MAX_REQUEST_BODY, ProxyState, http_client, poll_models, router, serve,
 };
-pub use tap::{EMIT_BUFFER, Emitter, MAX_DECODED_BODY, Tap};
+pub use tap::{EMIT_BUFFER, Emitter, MAX_DECODED_BODY, Tap, TapRequest};

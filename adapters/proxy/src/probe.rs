@@ -171,30 +171,9 @@ fn error_chain(err: &reqwest::Error) -> String {
 mod tests {
     use super::*;
 
-    /// A one-connection stand-in on a free port that answers with `response` (or stays
-    /// silent when it is `None`) after reading the request head.
+    /// The address of a one-connection stand-in that answers `response` (or stays silent).
     async fn stand_in(response: Option<&'static [u8]>) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            let (mut stream, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !request.ends_with(b"\r\n\r\n") {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => request.extend_from_slice(&buf[..n]),
-                }
-            }
-            match response {
-                Some(response) => {
-                    let _ = stream.write_all(response).await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        });
-        addr
+        patchbay_testkit::stand_in::answer_once(response).await.addr
     }
 
     #[tokio::test]

@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::api::{Api, RequestSummary};
-use crate::tap::{Emitter, Tap};
+use crate::tap::{Emitter, Tap, TapRequest};
 
 /// Largest request body forwarded (LLM requests with images can be large).
 pub const MAX_REQUEST_BODY: usize = 64 * 1024 * 1024;
@@ -46,35 +46,18 @@ const HOP_BY_HOP: [&str; 9] = [
 /// What every request handler shares.
 #[derive(Debug)]
 pub struct ProxyState {
-    api: Api,
-    client: reqwest::Client,
-    upstream: String,
-    source: String,
-    timeout: Duration,
-    emitter: Emitter,
-}
-
-impl ProxyState {
-    /// The state of a proxy to `upstream` (a base URL without trailing `/`) whose signals
-    /// have source `source` and go to `emitter`; `timeout` bounds the wait for the answer
-    /// and between two chunks.
-    pub fn new(
-        api: Api,
-        client: reqwest::Client,
-        upstream: String,
-        source: String,
-        timeout: Duration,
-        emitter: Emitter,
-    ) -> ProxyState {
-        ProxyState {
-            api,
-            client,
-            upstream,
-            source,
-            timeout,
-            emitter,
-        }
-    }
+    /// The API spoken.
+    pub api: Api,
+    /// The client of the upstream.
+    pub client: reqwest::Client,
+    /// The upstream's base URL, without trailing `/`.
+    pub upstream: String,
+    /// The source of the signals.
+    pub source: String,
+    /// Bounds the wait for the answer and between two chunks.
+    pub timeout: Duration,
+    /// Where the signals go.
+    pub emitter: Emitter,
 }
 
 /// The HTTP client the proxy (and prompt mode) uses: the transport's TLS setup for
@@ -275,24 +258,21 @@ async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Resp
         .request(parts.method.clone(), &url)
         .headers(request_headers(&parts.headers))
         .body(body);
-    let tap_for = |status: u16, content_type: &str| {
-        Tap::new(
-            state.api,
-            &state.source,
-            &request_id,
-            summary.model.clone(),
-            status,
-            content_type,
-            tapped,
-            state.emitter.clone(),
-        )
+    let taps = TapRequest {
+        api: state.api,
+        source: &state.source,
+        request_id: &request_id,
+        model: summary.model.clone(),
+        decode: tapped,
+        emitter: state.emitter.clone(),
     };
     let response = match tokio::time::timeout(state.timeout, upstream_request.send()).await {
         Ok(Ok(response)) => response,
         Ok(Err(err)) => {
             // The error text names the URL, never a header: no key can leak here.
             let message = format!("the upstream {} did not answer: {err}", state.upstream);
-            tap_for(502, "").error("upstream_unreachable", message.clone(), Some(502));
+            taps.tap(502, "")
+                .error("upstream_unreachable", message.clone(), Some(502));
             return json_error(StatusCode::BAD_GATEWAY, "upstream_unreachable", &message);
         }
         Err(_) => {
@@ -301,7 +281,8 @@ async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Resp
                 state.upstream,
                 state.timeout.as_millis()
             );
-            tap_for(504, "").error("upstream_timeout", message.clone(), Some(504));
+            taps.tap(504, "")
+                .error("upstream_timeout", message.clone(), Some(504));
             return json_error(StatusCode::GATEWAY_TIMEOUT, "timeout", &message);
         }
     };
@@ -313,7 +294,7 @@ async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Resp
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    let tap = tap_for(status.as_u16(), &content_type);
+    let tap = taps.tap(status.as_u16(), &content_type);
     let headers = response_headers(response.headers());
     let relay = relay(response, tap, state.timeout);
     let mut out = Response::new(Body::from_stream(relay));

@@ -96,21 +96,42 @@ pub struct Tap {
     scratch: Vec<Decoded>,
 }
 
+/// What a tap knows of its request before the answer comes: a [`Tap`] per answer is made
+/// from it with [`TapRequest::tap`].
+#[derive(Debug, Clone)]
+pub struct TapRequest<'a> {
+    /// The API spoken.
+    pub api: Api,
+    /// The source of the signals.
+    pub source: &'a str,
+    /// The request's id (`metadata.requestId` of the signals).
+    pub request_id: &'a str,
+    /// The model the request asked for, if any.
+    pub model: Option<String>,
+    /// False for routes that are only relayed (their errors are still reported).
+    pub decode: bool,
+    /// Where the signals go.
+    pub emitter: Emitter,
+}
+
+impl TapRequest<'_> {
+    /// A tap for the response of `status` with `content_type`.
+    pub fn tap(&self, status: u16, content_type: &str) -> Tap {
+        Tap::new(self.clone(), status, content_type)
+    }
+}
+
 impl Tap {
-    /// A tap for a response of `status` with `content_type`, for request `request_id`.
-    /// `decode` is false for routes that are only relayed (their errors are still
-    /// reported).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        api: Api,
-        source: &str,
-        request_id: &str,
-        model: Option<String>,
-        status: u16,
-        content_type: &str,
-        decode: bool,
-        emitter: Emitter,
-    ) -> Tap {
+    /// A tap for a response of `status` with `content_type`, for `request`.
+    pub fn new(request: TapRequest<'_>, status: u16, content_type: &str) -> Tap {
+        let TapRequest {
+            api,
+            source,
+            request_id,
+            model,
+            decode,
+            emitter,
+        } = request;
         let body = if status >= 400 {
             Body::Error(status, Vec::new())
         } else if !decode {
@@ -328,6 +349,23 @@ mod tests {
         (emitter, rx, stats)
     }
 
+    /// A decoding request `R` for `api`, its signals sent to `emitter`.
+    fn request(api: Api, emitter: Emitter) -> TapRequest<'static> {
+        let source = if api == Api::Anthropic {
+            "anthropic:t"
+        } else {
+            "openai:t"
+        };
+        TapRequest {
+            api,
+            source,
+            request_id: "R",
+            model: None,
+            decode: true,
+            emitter,
+        }
+    }
+
     fn drain(rx: &mut mpsc::Receiver<Decoded>) -> Vec<Signal> {
         let mut out = Vec::new();
         while let Ok(d) = rx.try_recv() {
@@ -347,16 +385,11 @@ mod tests {
         let mut reference = None;
         for split in [1usize, 7, 64, STREAM.len()] {
             let (e, mut rx, _) = emitter();
-            let mut tap = Tap::new(
-                Api::OpenAi,
-                "openai:t",
-                "REQ",
-                None,
-                200,
-                "text/event-stream; charset=utf-8",
-                true,
-                e,
-            );
+            let mut tap = TapRequest {
+                request_id: "REQ",
+                ..request(Api::OpenAi, e)
+            }
+            .tap(200, "text/event-stream; charset=utf-8");
             for chunk in STREAM.as_bytes().chunks(split) {
                 tap.feed(chunk);
             }
@@ -386,16 +419,11 @@ mod tests {
     fn a_cut_stream_is_truncated_and_a_dropped_tap_is_a_cancellation() {
         let (e, mut rx, _) = emitter();
         let cut = STREAM.split("\n\n").next().unwrap_or_default();
-        let mut tap = Tap::new(
-            Api::OpenAi,
-            "openai:t",
-            "R",
-            Some("m".into()),
-            200,
-            "text/event-stream",
-            true,
-            e.clone(),
-        );
+        let mut tap = TapRequest {
+            model: Some("m".into()),
+            ..request(Api::OpenAi, e.clone())
+        }
+        .tap(200, "text/event-stream");
         tap.feed(cut.as_bytes());
         tap.finish();
         drop(tap);
@@ -403,16 +431,12 @@ mod tests {
         assert_eq!(kinds(&signals), ["text_delta", "error"]);
         assert_eq!(signals[1].payload["code"], "truncated_stream");
 
-        let mut tap = Tap::new(
-            Api::OpenAi,
-            "openai:t",
-            "R2",
-            Some("m".into()),
-            200,
-            "text/event-stream",
-            true,
-            e,
-        );
+        let mut tap = TapRequest {
+            request_id: "R2",
+            model: Some("m".into()),
+            ..request(Api::OpenAi, e)
+        }
+        .tap(200, "text/event-stream");
         tap.feed(cut.as_bytes());
         drop(tap);
         let signals = drain(&mut rx);
@@ -425,16 +449,7 @@ mod tests {
     #[test]
     fn a_client_that_hangs_up_after_the_end_cancelled_nothing() {
         let (e, mut rx, _) = emitter();
-        let mut tap = Tap::new(
-            Api::OpenAi,
-            "openai:t",
-            "R",
-            None,
-            200,
-            "text/event-stream",
-            true,
-            e,
-        );
+        let mut tap = request(Api::OpenAi, e).tap(200, "text/event-stream");
         tap.feed(STREAM.as_bytes());
         drop(tap);
         assert_eq!(kinds(&drain(&mut rx)), ["text_delta", "completion"]);
@@ -444,16 +459,7 @@ mod tests {
     fn error_answers_become_one_error_signal() {
         let (e, mut rx, _) = emitter();
         let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#;
-        let mut tap = Tap::new(
-            Api::Anthropic,
-            "anthropic:t",
-            "R",
-            None,
-            529,
-            "application/json",
-            true,
-            e.clone(),
-        );
+        let mut tap = request(Api::Anthropic, e.clone()).tap(529, "application/json");
         tap.feed(&body[..10]);
         tap.feed(&body[10..]);
         tap.finish();
@@ -464,16 +470,7 @@ mod tests {
         assert_eq!(signals[0].payload["message"], "busy");
         assert_eq!(signals[0].meta("status"), Some(&Value::from(529)));
 
-        let mut tap = Tap::new(
-            Api::OpenAi,
-            "openai:t",
-            "R",
-            None,
-            502,
-            "text/html",
-            true,
-            e,
-        );
+        let mut tap = request(Api::OpenAi, e).tap(502, "text/html");
         tap.feed(b"<html>bad gateway</html>");
         tap.finish();
         drop(tap);
@@ -489,17 +486,9 @@ mod tests {
     fn a_whole_response_gives_its_streaming_signals_and_prompt_correlation_wins() {
         let (e, mut rx, _) = emitter();
         let body = r#"{"id":"c9","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
-        let mut tap = Tap::new(
-            Api::OpenAi,
-            "openai:t",
-            "R",
-            None,
-            200,
-            "application/json",
-            true,
-            e,
-        )
-        .correlate("PROMPT".into());
+        let mut tap = request(Api::OpenAi, e)
+            .tap(200, "application/json")
+            .correlate("PROMPT".into());
         tap.feed(body.as_bytes());
         tap.finish();
         drop(tap);
@@ -534,16 +523,11 @@ mod tests {
     #[test]
     fn relayed_only_routes_decode_nothing() {
         let (e, mut rx, _) = emitter();
-        let mut tap = Tap::new(
-            Api::OpenAi,
-            "openai:t",
-            "R",
-            None,
-            200,
-            "application/json",
-            false,
-            e,
-        );
+        let mut tap = TapRequest {
+            decode: false,
+            ..request(Api::OpenAi, e)
+        }
+        .tap(200, "application/json");
         tap.feed(br#"{"object":"list","data":[]}"#);
         tap.finish();
         drop(tap);

@@ -30,17 +30,14 @@ pub use source::{SseSource, SseSourceConfig, TYPE_NAME};
 
 /// The `sse` source and the decoder of `patchbay parse --protocol sse`.
 #[cfg(feature = "source")]
-pub const ADAPTER: patchbay_graph::Adapter = patchbay_graph::Adapter {
-    name: TYPE_NAME,
-    protocol: TYPE_NAME,
-    summary: "any Server-Sent Events stream over HTTP",
-    components: &[patchbay_graph::ComponentType {
-        name: TYPE_NAME,
-        summary: "an SSE feed: each event's data decoded as a signal, resumed by Last-Event-ID",
-        role: patchbay_graph::Role::Source(source::build),
-        options: patchbay_graph::options_of::<SseSourceConfig>,
-    }],
-    parse: Some(parse_decoder),
-    wrap: None,
-    probes: &[],
-};
+pub const ADAPTER: patchbay_graph::Adapter = patchbay_graph::Adapter::new(
+    TYPE_NAME,
+    "any Server-Sent Events stream over HTTP",
+    &[patchbay_graph::ComponentType::source(
+        TYPE_NAME,
+        "an SSE feed: each event's data decoded as a signal, resumed by Last-Event-ID",
+        source::build,
+        patchbay_graph::options_of::<SseSourceConfig>,
+    )],
+)
+.parse(parse_decoder);

@@ -22,7 +22,7 @@ use patchbay_graph::{
 };
 use patchbay_transport::{
     Backoff, Defaults, Driver, Ended, Headers, Link, RedactedUrl, Scheme, TransportConfig,
-    TransportOptions, client_builder_with, describe_http_error, parse_options,
+    TransportOptions, describe_http_error, parse_options,
 };
 use reqwest::header::HeaderValue;
 use serde::Deserialize;
@@ -165,12 +165,7 @@ impl SseLink {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let transport = &self.config.transport;
-        let tls = transport.tls().map_err(|e| Ended::Refused(e.to_string()))?;
-        let client = client_builder_with(&tls)
-            .connect_timeout(transport.connect_timeout())
-            .build()
-            .map_err(|e| Ended::Refused(format!("HTTP client: {}", describe_http_error(&e))))?;
+        let client = http::client(&self.config.transport)?;
         self.client = Some(client.clone());
         Ok(client)
     }
@@ -183,7 +178,7 @@ impl Link for SseLink {
     async fn connect(&mut self, _ends: &LinkEnds<'_>) -> Result<reqwest::Response, Ended> {
         let client = self.client()?;
         let url = self.config.transport.url();
-        let shown = RedactedUrl(url);
+        let shown = RedactedUrl(url).to_string();
         let mut request =
             http::event_stream(client.get(url)).headers(self.config.headers.pairs().collect());
         if let Some(id) = &self.last_event_id
@@ -191,31 +186,14 @@ impl Link for SseLink {
         {
             request = request.header("last-event-id", value);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| Ended::Lost(describe_http_error(&e)))?;
-        let status = response.status().as_u16();
-        match status {
-            200 => {}
-            204 => {
-                return Err(Ended::Finished(
-                    "the server answered 204: no more reconnects".into(),
-                ));
-            }
-            401 | 403 => {
-                return Err(Ended::Refused(format!(
-                    "{shown} refused the stream: HTTP {status}"
-                )));
-            }
-            _ => return Err(Ended::Lost(format!("{shown} answered HTTP {status}"))),
-        }
-        if let Some(content_type) = http::not_event_stream(&response) {
-            return Err(Ended::Lost(format!(
-                "{shown} answered `{content_type}`, not text/event-stream"
-            )));
-        }
-        Ok(response)
+        let stream = http::StreamRequest {
+            shown: &shown,
+            asked: "",
+            refused_hint: "",
+            not_a_stream_hint: "",
+            no_content_ends: true,
+        };
+        stream.open(request).await
     }
 
     /// The events until the body ends.

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use patchbay_graph::{
     Adapter, BoxFuture, ComponentError, ComponentStats, ComponentType, Diagnostic, HealthState,
-    Options, Output, OutputContext, OutputKind, Role, WhenFull, options_of,
+    Options, Output, OutputContext, WhenFull, options_of,
 };
 use patchbay_signal::SharedSignal;
 use patchbay_transport::backoff::Backoff;
@@ -26,24 +26,17 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 
 /// The webhook output, described for the registry and `patchbay components`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "webhook",
-    protocol: "webhook",
-    summary: "HTTP webhooks: signals POSTed as JSON",
-    components: &[ComponentType {
-        name: "webhook",
-        summary: "POST each signal (or batches) as JSON to a URL, signed, retried on 5xx",
-        role: Role::Output(OutputKind {
-            build,
-            inbound: false,
-            when_full: WhenFull::DropOldest,
-        }),
-        options: options_of::<WebhookConfig>,
-    }],
-    parse: None,
-    wrap: None,
-    probes: &[],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "webhook",
+    "HTTP webhooks: signals POSTed as JSON",
+    &[ComponentType::output(
+        "webhook",
+        "POST each signal (or batches) as JSON to a URL, signed, retried on 5xx",
+        build,
+        options_of::<WebhookConfig>,
+    )
+    .when_full(WhenFull::DropOldest)],
+);
 
 /// `[outputs.NAME] type = "webhook"`.
 ///

@@ -14,7 +14,7 @@
 
 mod source;
 
-use patchbay_graph::{Adapter, ComponentType, Role, options_of};
+use patchbay_graph::{Adapter, ComponentType, options_of};
 
 pub use source::{WebSocketConfig, WebSocketSource};
 
@@ -22,17 +22,13 @@ pub use source::{WebSocketConfig, WebSocketSource};
 pub const TYPE_NAME: &str = "websocket";
 
 /// The `websocket` source.
-pub const ADAPTER: Adapter = Adapter {
-    name: TYPE_NAME,
-    protocol: "websocket",
-    summary: "any WebSocket server that sends JSON or text frames",
-    components: &[ComponentType {
-        name: "websocket",
-        summary: "a WebSocket feed: each text frame decoded as a signal (NDJSON, SSE or plain)",
-        role: Role::Source(source::build),
-        options: options_of::<WebSocketConfig>,
-    }],
-    parse: None,
-    wrap: None,
-    probes: &[],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    TYPE_NAME,
+    "any WebSocket server that sends JSON or text frames",
+    &[ComponentType::source(
+        "websocket",
+        "a WebSocket feed: each text frame decoded as a signal (NDJSON, SSE or plain)",
+        source::build,
+        options_of::<WebSocketConfig>,
+    )],
+);

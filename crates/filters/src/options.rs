@@ -3,9 +3,12 @@
 
 use std::fmt;
 
+use patchbay_graph::{Diagnostic, FilterSpec, Options};
 use patchbay_signal::path::Path;
 use serde::Deserialize;
-use serde::de::{Deserializer, Error as _};
+use serde::de::{DeserializeOwned, Deserializer, Error as _};
+
+use crate::ConfigError;
 
 /// The default bound on the number of keys a keyed filter remembers.
 pub const DEFAULT_MAX_KEYS: u64 = 10_000;
@@ -15,6 +18,19 @@ pub const MAX_KEYS: u64 = 1_000_000;
 
 /// The largest `burst` of a rate throttle and `every` of a sample.
 pub const MAX_COUNT: u64 = 1_000_000_000;
+
+/// A filter's `build`: parses its config `C`, checks the ranges of its numbers
+/// (`check_ranges`, so that an error points at the value), then checks the combination of
+/// options and makes the spec (`into_spec`, whose error is located at its key).
+pub(crate) fn build_filter<C: DeserializeOwned, Checked>(
+    options: &Options<'_>,
+    into_spec: impl FnOnce(C) -> Result<FilterSpec, ConfigError>,
+    check_ranges: impl FnOnce(&C) -> Result<Checked, Diagnostic>,
+) -> Result<FilterSpec, Diagnostic> {
+    let config: C = options.parse()?;
+    check_ranges(&config)?;
+    into_spec(config).map_err(|e| e.locate(options))
+}
 
 /// A dot path into a signal (`type`, `payload.note`, `metadata.seq`, sajou's `content`),
 /// parsed at load.
@@ -158,6 +174,16 @@ pub(crate) fn positive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64
     Ok(value.unsigned_abs())
 }
 
+/// A keyed filter's `max_keys`: a whole number from 1 to [`MAX_KEYS`], checked here once
+/// for every keyed filter.
+pub(crate) fn max_keys<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    let value = i64::deserialize(deserializer)?;
+    match patchbay_graph::config::out_of_range("max_keys", value, &(1..=MAX_KEYS as i64)) {
+        Some(message) => Err(D::Error::custom(message)),
+        None => Ok(value.unsigned_abs()),
+    }
+}
+
 /// An optional whole number ≥ 1.
 pub(crate) fn positive_opt<'de, D: Deserializer<'de>>(
     deserializer: D,
@@ -165,30 +191,33 @@ pub(crate) fn positive_opt<'de, D: Deserializer<'de>>(
     positive(deserializer).map(Some)
 }
 
+/// An optional number that `valid` accepts; the error of another says what it `must_be`.
+fn number_opt<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    valid: impl Fn(f64) -> bool,
+    must_be: &str,
+) -> Result<Option<f64>, D::Error> {
+    let value = f64::deserialize(deserializer)?;
+    if !valid(value) {
+        return Err(D::Error::custom(format!("must be {must_be}, got {value}")));
+    }
+    Ok(Some(value))
+}
+
 /// An optional number between 0 and 1 inclusive.
 pub(crate) fn ratio_opt<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<f64>, D::Error> {
-    let value = f64::deserialize(deserializer)?;
-    if !(0.0..=1.0).contains(&value) {
-        return Err(D::Error::custom(format!(
-            "must be between 0 and 1 (inclusive), got {value}"
-        )));
-    }
-    Ok(Some(value))
+    let between = |v: f64| (0.0..=1.0).contains(&v);
+    number_opt(deserializer, between, "between 0 and 1 (inclusive)")
 }
 
 /// An optional finite number ≥ 0.
 pub(crate) fn non_negative_opt<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<f64>, D::Error> {
-    let value = f64::deserialize(deserializer)?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(D::Error::custom(format!(
-            "must be a number >= 0, got {value}"
-        )));
-    }
-    Ok(Some(value))
+    let non_negative = |v: f64| v.is_finite() && v >= 0.0;
+    number_opt(deserializer, non_negative, "a number >= 0")
 }
 
 /// An optional seed: any integer (negative ones are taken as their two's complement bits).
@@ -213,6 +242,45 @@ pub(crate) fn default_max_keys() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ranges every filter checks, in one table: an absurd number is refused at its
+    /// value, naming the bounds.
+    #[test]
+    fn absurd_numbers_are_refused_at_their_value() {
+        use crate::testing::{Build, assert_build_refuses};
+        use crate::{coalesce, debounce, dedupe, delta, sample, throttle};
+        const DAY: &str = "must be at least 1 and at most 86400000";
+        const COUNT: &str = "must be at least 1 and at most 1000000000";
+        const KEYS: &str = "must be at least 1 and at most 1000000";
+        let (ms, n) = ("1000000000000000000", "1000000000000");
+        // A filter, its required options, then each (key, absurd value, bounds).
+        let refuses = |build: Build, required: &str, cases: &[(&str, &str, &str)]| {
+            for (key, value, bounds) in cases {
+                let toml = format!("{required}{key} = {value}");
+                let at = (required.lines().count() + 1, key.len() + 4);
+                assert_build_refuses(build, &[(&toml, at, &format!("`{key}` {bounds}"))]);
+            }
+        };
+        let keys = ("max_keys", n, KEYS);
+        refuses(coalesce::build, "", &[("window_ms", ms, DAY), keys]);
+        refuses(debounce::build, "", &[("quiet_ms", ms, DAY)]);
+        refuses(
+            debounce::build,
+            "quiet_ms = 5\n",
+            &[("max_wait_ms", ms, DAY), keys],
+        );
+        refuses(dedupe::build, "", &[("window_ms", ms, DAY), keys]);
+        refuses(delta::build, "path = \"payload.v\"\n", &[keys]);
+        refuses(
+            sample::build,
+            "",
+            &[("interval_ms", ms, DAY), ("every", n, COUNT)],
+        );
+        refuses(sample::build, "every = 5\n", &[keys]);
+        refuses(throttle::build, "", &[("interval_ms", ms, DAY)]);
+        refuses(throttle::build, "rate = \"1/s\"\n", &[("burst", n, COUNT)]);
+        refuses(throttle::build, "interval_ms = 5\n", &[keys]);
+    }
 
     #[test]
     fn rates() {

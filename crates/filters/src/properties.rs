@@ -5,25 +5,10 @@ use std::collections::HashMap;
 
 use patchbay_graph::{FilterSpec, Port};
 use patchbay_signal::Signal;
+use patchbay_testkit::prng::Rng;
 
 use crate::testing::{Driver, config, keyed, reset};
 use crate::{ADAPTER, DeltaConfig, SampleConfig, ThrottleConfig, WhenConfig};
-
-/// A tiny deterministic generator (xorshift64*), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Signals with mostly increasing timestamps (some out of order, some ties), a handful of
 /// keys (some missing) and the occasional `reset`.
@@ -40,7 +25,7 @@ fn random_signals(rng: &mut Rng, count: usize, resets: bool) -> Vec<Signal> {
                 return reset(ts);
             }
             let label = format!("s{i}");
-            let mut s = keyed(ts, &label, ["a", "b", "c", "d", "e"][rng.below(5) as usize]);
+            let mut s = keyed(ts, &label, ["a", "b", "c", "d", "e"][rng.below(5)]);
             if rng.below(8) == 0 {
                 s.payload.remove("k");
             }

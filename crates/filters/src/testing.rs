@@ -144,24 +144,34 @@ pub(crate) fn config_error<T: DeserializeOwned>(toml: &str) -> (usize, usize, St
 pub(crate) type Build =
     fn(&patchbay_graph::Options<'_>) -> Result<FilterSpec, patchbay_graph::Diagnostic>;
 
-/// Asserts that config `T` does not load from `toml`: the error is at `at` (line, column)
-/// and its message contains `says` (`""` when only the place is checked).
+/// One config that must be refused: its TOML, where the error is (line, column), and what
+/// its message contains (`""` when only the place is checked).
+pub(crate) type Refused<'a> = (&'a str, (usize, usize), &'a str);
+
+/// Asserts that config `T` loads from none of the `cases`, each refused as it says.
 #[track_caller]
-pub(crate) fn assert_config_refuses<T: DeserializeOwned>(
+pub(crate) fn assert_config_refuses<T: DeserializeOwned>(cases: &[Refused<'_>]) {
+    for &(toml, at, says) in cases {
+        let (line, col, message) = config_error::<T>(toml);
+        assert_refused((line, col, message), toml, at, says);
+    }
+}
+
+/// Asserts that `build` refuses each of the `cases` as it says.
+#[track_caller]
+pub(crate) fn assert_build_refuses(build: Build, cases: &[Refused<'_>]) {
+    for &(toml, at, says) in cases {
+        assert_refused(build_error(toml, build), toml, at, says);
+    }
+}
+
+#[track_caller]
+fn assert_refused(
+    (line, col, message): (usize, usize, String),
     toml: &str,
     at: (usize, usize),
     says: &str,
 ) {
-    let (line, col, message) = config_error::<T>(toml);
-    assert_eq!((line, col), at, "{toml}: {message}");
-    assert!(message.contains(says), "{toml}: {message}");
-}
-
-/// Asserts that `build` refuses `toml`: the error is at `at` (line, column) and its message
-/// contains `says` (`""` when only the place is checked).
-#[track_caller]
-pub(crate) fn assert_build_refuses(build: Build, toml: &str, at: (usize, usize), says: &str) {
-    let (line, col, message) = build_error(toml, build);
     assert_eq!((line, col), at, "{toml}: {message}");
     assert!(message.contains(says), "{toml}: {message}");
 }

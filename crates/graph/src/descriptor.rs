@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::component::BoxFuture;
 use crate::probe::{ProbeContext, Service};
+use crate::queue::WhenFull;
 use crate::registry::{FilterBuilder, OutputBuilder, OutputKind, SourceBuilder};
 
 /// One adapter crate's offer.
@@ -35,6 +36,52 @@ pub struct Adapter {
     pub wrap: Option<WrapFn>,
     /// The local services it finds (`patchbay discover`, `[discovery]`).
     pub probes: &'static [Probe],
+}
+
+impl Adapter {
+    /// An adapter whose protocol name is its name, with these component types and nothing
+    /// else: no decoder, no wrapper, no probe (the modifiers below add them).
+    pub const fn new(
+        name: &'static str,
+        summary: &'static str,
+        components: &'static [ComponentType],
+    ) -> Self {
+        Adapter {
+            name,
+            protocol: name,
+            summary,
+            components,
+            parse: None,
+            wrap: None,
+            probes: &[],
+        }
+    }
+
+    /// With a protocol name other than its name (`sajou` for generic NDJSON envelopes).
+    pub const fn protocol(self, protocol: &'static str) -> Self {
+        Adapter { protocol, ..self }
+    }
+
+    /// With the decoder of `patchbay parse --protocol NAME`.
+    pub const fn parse(self, parse: ParseFn) -> Self {
+        Adapter {
+            parse: Some(parse),
+            ..self
+        }
+    }
+
+    /// With the wrapper of `patchbay wrap --protocol NAME`.
+    pub const fn wrap(self, wrap: WrapFn) -> Self {
+        Adapter {
+            wrap: Some(wrap),
+            ..self
+        }
+    }
+
+    /// With these probes of local services.
+    pub const fn probes(self, probes: &'static [Probe]) -> Self {
+        Adapter { probes, ..self }
+    }
 }
 
 impl std::fmt::Debug for Adapter {
@@ -67,6 +114,93 @@ pub struct ComponentType {
     /// Its options as a JSON schema (types, defaults, and the config struct's doc comments
     /// as descriptions): see [`options_of`].
     pub options: fn() -> schemars::Schema,
+}
+
+impl ComponentType {
+    /// A source type (`[sources.NAME]`).
+    pub const fn source(
+        name: &'static str,
+        summary: &'static str,
+        build: SourceBuilder,
+        options: fn() -> schemars::Schema,
+    ) -> Self {
+        ComponentType {
+            name,
+            summary,
+            role: Role::Source(build),
+            options,
+        }
+    }
+
+    /// A filter type (`[filters.NAME]`).
+    pub const fn filter(
+        name: &'static str,
+        summary: &'static str,
+        build: FilterBuilder,
+        options: fn() -> schemars::Schema,
+    ) -> Self {
+        ComponentType {
+            name,
+            summary,
+            role: Role::Filter(build),
+            options,
+        }
+    }
+
+    /// A one-way output type (`[outputs.NAME]`) whose queue blocks when full (nothing is
+    /// lost); [`inbound`](Self::inbound) and [`when_full`](Self::when_full) change that.
+    pub const fn output(
+        name: &'static str,
+        summary: &'static str,
+        build: OutputBuilder,
+        options: fn() -> schemars::Schema,
+    ) -> Self {
+        ComponentType {
+            name,
+            summary,
+            role: Role::Output(OutputKind {
+                build,
+                inbound: false,
+                when_full: WhenFull::Block,
+            }),
+            options,
+        }
+    }
+
+    /// A two-way link type (see [`Role::Link`]).
+    pub const fn link(
+        name: &'static str,
+        summary: &'static str,
+        source: SourceBuilder,
+        output: OutputBuilder,
+        options: fn() -> schemars::Schema,
+    ) -> Self {
+        ComponentType {
+            name,
+            summary,
+            role: Role::Link { source, output },
+            options,
+        }
+    }
+
+    /// This output talking both ways: what it receives comes out of `NAME.inbound`.
+    /// Only an output has it (anything else does not compile: descriptors are constants).
+    pub const fn inbound(mut self) -> Self {
+        match &mut self.role {
+            Role::Output(kind) => kind.inbound = true,
+            _ => panic!("only an output type has `inbound`"),
+        }
+        self
+    }
+
+    /// This output's queue with another default overflow decision. Only an output has it.
+    pub const fn when_full(mut self, when_full: WhenFull) -> Self {
+        match &mut self.role {
+            Role::Output(kind) => kind.when_full = when_full,
+            _ => panic!("only an output type has `when_full`"),
+        }
+        self
+    }
 }
 
 /// Where a component type may be declared, with its builders.
@@ -174,5 +308,106 @@ impl std::fmt::Debug for Probe {
             .field("service", &self.service)
             .field("rescan", &self.rescan)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::component::{Output, Source};
+    use crate::config::{Diagnostic, Options};
+    use crate::filter::FilterSpec;
+    use patchbay_signal::decode::NdjsonDecoder;
+
+    fn source(options: &Options<'_>) -> Result<Box<dyn Source>, Diagnostic> {
+        Err(options.error("a test source is never built"))
+    }
+
+    fn filter(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
+        Err(options.error("a test filter is never built"))
+    }
+
+    fn output(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
+        Err(options.error("a test output is never built"))
+    }
+
+    fn decoder(source: &str) -> Box<dyn StreamDecoder> {
+        Box::new(NdjsonDecoder::new(source, 1024))
+    }
+
+    fn exit_zero(_: WrapRequest) -> BoxFuture<Result<i32, WrapError>> {
+        Box::pin(async { Ok(0) })
+    }
+
+    fn options() -> schemars::Schema {
+        options_of::<()>()
+    }
+
+    /// The kind of an output type (a test fails on any other).
+    fn kind(c: &ComponentType) -> OutputKind {
+        match c.role {
+            Role::Output(kind) => kind,
+            _ => panic!("{} is not an output", c.name),
+        }
+    }
+
+    // Constants: the constructors and modifiers are what descriptors are written with.
+    const PLAIN: ComponentType = ComponentType::output("plain", "one way", output, options);
+    const TWO_WAY: ComponentType =
+        ComponentType::output("two_way", "both ways", output, options).inbound();
+    const LOSSY: ComponentType = ComponentType::output("lossy", "drops", output, options)
+        .inbound()
+        .when_full(WhenFull::DropNewest);
+    const PROBES: &[Probe] = &[Probe {
+        service: "nothing",
+        rescan: None,
+        run: |_| Box::pin(async { None }),
+    }];
+
+    #[test]
+    fn an_output_is_one_way_and_blocks_unless_told_otherwise() {
+        let plain = kind(&PLAIN);
+        assert!(!plain.inbound);
+        assert_eq!(plain.when_full, WhenFull::Block);
+        let two_way = kind(&TWO_WAY);
+        assert!(two_way.inbound);
+        assert_eq!(two_way.when_full, WhenFull::Block);
+        let lossy = kind(&LOSSY);
+        assert!(lossy.inbound);
+        assert_eq!(lossy.when_full, WhenFull::DropNewest);
+        assert_eq!((LOSSY.name, LOSSY.summary), ("lossy", "drops"));
+    }
+
+    #[test]
+    fn each_constructor_declares_its_role() {
+        let types = [
+            ComponentType::source("s", "a source", source, options),
+            ComponentType::filter("f", "a filter", filter, options),
+            PLAIN,
+            ComponentType::link("l", "a link", source, output, options),
+        ];
+        let sections: Vec<_> = types.iter().map(|c| c.role.sections()).collect();
+        assert_eq!(sections, ["source", "filter", "output", "source, output"]);
+    }
+
+    #[test]
+    fn an_adapter_is_its_components_alone_unless_told_otherwise() {
+        const BARE: Adapter = Adapter::new("bare", "nothing else", &[PLAIN]);
+        assert_eq!(
+            (BARE.name, BARE.protocol, BARE.summary),
+            ("bare", "bare", "nothing else")
+        );
+        assert_eq!(BARE.components.len(), 1);
+        assert!(BARE.parse.is_none() && BARE.wrap.is_none() && BARE.probes.is_empty());
+
+        const FULL: Adapter = Adapter::new("full", "everything", &[])
+            .protocol("other")
+            .parse(decoder)
+            .wrap(exit_zero)
+            .probes(PROBES);
+        assert_eq!((FULL.name, FULL.protocol), ("full", "other"));
+        assert!(FULL.parse.is_some() && FULL.wrap.is_some());
+        assert_eq!(FULL.probes.len(), 1);
+        assert_eq!(FULL.probes[0].service, "nothing");
     }
 }

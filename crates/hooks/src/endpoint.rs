@@ -21,7 +21,7 @@ use patchbay_transport::listen::{self, Access, Listener, Origins};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::{Call, HEALTH_PATH, HOOK_PATH, HookAgent, Settings};
+use crate::{Call, Decision, HEALTH_PATH, HOOK_PATH, HookAgent, Settings};
 
 /// How many signals may wait between the handlers and the graph; beyond, hook signals
 /// are dropped (and counted) rather than holding the agent up.
@@ -297,7 +297,13 @@ async fn held<A: HookAgent>(
     let mut agent = lock(&shared.agent);
     let verdict = agent.verdict(verdict);
     let answer = agent.answer(hook, &call, verdict, &reason);
-    let decided = agent.decided(hook, &call, verdict, &by, &reason);
+    let decision = Decision {
+        call: &call,
+        verdict,
+        by: &by,
+        reason: &reason,
+    };
+    let decided = agent.decided(hook, &decision);
     let next = agent.state_after(verdict);
     let change = agent.state_change(hook, next, reason);
     shared.send_signals([decided, change]);

@@ -6,10 +6,10 @@
 //! the agent's state changes around each; held calls released with the default when the
 //! component stops).
 //!
-//! What differs between agents is one trait, [`HookAgent`]: how a payload becomes
-//! signals, whether it is a call the gate may hold (and its prompt id, tool and input),
-//! the signals of a held call in the agent's envelope, and the body that answers a
-//! verdict. An adapter implements it (its default `listen` too: [`EndpointDefaults`]),
+//! What differs between agents is one trait, [`HookAgent`]: its decoder (a
+//! [`HookDecoder`] over the agent's [`HookEvents`]: how a payload becomes signals),
+//! whether it is a call the gate may hold (and its prompt id, tool and input), the
+//! signals of a held call in the agent's envelope, and the body that answers a verdict. An adapter implements it (its default `listen` too: [`EndpointDefaults`]),
 //! names [`EndpointOptions`] of its agent as its options struct, and builds its component
 //! with [`build_source`] and [`build_output`] (or checks the options into [`Settings`] and
 //! runs [`serve`] itself).
@@ -21,13 +21,16 @@
 
 pub mod client;
 mod component;
+pub mod decoder;
 mod endpoint;
 mod options;
 pub mod payload;
+pub mod probe;
 pub mod settings_file;
 
 pub use client::{HEALTH_PATH, HOOK_PATH};
 pub use component::{build_output, build_source, parse_settings};
+pub use decoder::{HookDecoder, HookEvents};
 pub use endpoint::serve;
 pub use options::{EndpointDefaults, EndpointOptions, Settings, defaults};
 
@@ -69,23 +72,48 @@ impl Call {
     }
 }
 
+/// A held call's verdict, as its `approval.decided` tells it.
+#[derive(Debug, Clone, Copy)]
+pub struct Decision<'a> {
+    /// The call decided.
+    pub call: &'a Call,
+    /// The verdict, already in the agent's terms ([`HookAgent::verdict`]).
+    pub verdict: Verdict,
+    /// Who decided (a `control.answer`'s source, `timeout`).
+    pub by: &'a str,
+    /// Why.
+    pub reason: &'a str,
+}
+
 /// What one agent's hooks need of the endpoint: everything protocol-specific. The
 /// endpoint keeps one value behind a lock and calls it for each request, in order.
 pub trait HookAgent: EndpointDefaults + Send + 'static {
+    /// What the agent's hook payloads mean.
+    type Events: HookEvents;
+
     /// The agent's side of the endpoint of the component named `component`.
     fn new(component: &str) -> Self
     where
         Self: Sized;
 
+    /// The agent's decoder.
+    fn decoder(&mut self) -> &mut HookDecoder<Self::Events>;
+
     /// The component type (`claude_code`), the prefix of the endpoint's messages.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        Self::Events::NAME
+    }
 
     /// Decodes one hook payload (JSON) into signals; one that is not a hook payload gives
     /// a bad-input signal (then the request is refused with 400).
-    fn decode(&mut self, hook: &Value, out: &mut Vec<Decoded>);
+    fn decode(&mut self, hook: &Value, out: &mut Vec<Decoded>) {
+        self.decoder().decode(hook, out);
+    }
 
     /// Decodes a body that is not JSON: a bad-input signal.
-    fn decode_bytes(&mut self, body: &[u8], out: &mut Vec<Decoded>);
+    fn decode_bytes(&mut self, body: &[u8], out: &mut Vec<Decoded>) {
+        self.decoder().decode_bytes(body, out);
+    }
 
     /// The call this payload asks to run, when it is an event the gate may hold (whether
     /// the tool is held is the gate's to say); `None` for every other event.
@@ -98,7 +126,9 @@ pub trait HookAgent: EndpointDefaults + Send + 'static {
     }
 
     /// An `agent_state_change` of the payload's agent to `to`.
-    fn state_change(&mut self, hook: &Value, to: AgentState, reason: String) -> Signal;
+    fn state_change(&mut self, hook: &Value, to: AgentState, reason: String) -> Signal {
+        self.decoder().state_change(hook, to, reason)
+    }
 
     /// The `approval.requested` of a held call (`patchbay_graph::approvals`' vocabulary,
     /// the gate's `timeoutMs` and `default` in metadata).
@@ -110,16 +140,8 @@ pub trait HookAgent: EndpointDefaults + Send + 'static {
         verdict
     }
 
-    /// The `approval.decided` of a held call: `verdict` (already in the agent's terms)
-    /// by `by`, with `reason`.
-    fn decided(
-        &mut self,
-        hook: &Value,
-        call: &Call,
-        verdict: Verdict,
-        by: &str,
-        reason: &str,
-    ) -> Signal;
+    /// The `approval.decided` of a held call's `decision`.
+    fn decided(&mut self, hook: &Value, decision: &Decision<'_>) -> Signal;
 
     /// The state the agent is in once the call has its verdict.
     fn state_after(&self, verdict: Verdict) -> AgentState;

@@ -4,8 +4,10 @@ use std::net::SocketAddr;
 
 use patchbay_graph::config::{MAX_DURATION_MS, MAX_QUEUE};
 use patchbay_graph::{Diagnostic, Options};
-use patchbay_transport::known_keys;
-use patchbay_transport::listen::{Limits, ListenerOptions, Origins};
+use patchbay_transport::listen::{
+    Limits, ListenerOptions, Origins, check_ingest_timeout, default_ingest_timeout_ms,
+};
+use patchbay_transport::parse_flattened;
 use serde::Deserialize;
 
 /// The address a sidecar listens on when the config names none.
@@ -98,9 +100,6 @@ fn default_client_queue() -> usize {
 fn default_max_frame() -> usize {
     1 << 20
 }
-fn default_ingest_timeout_ms() -> u64 {
-    5000
-}
 impl Default for SidecarConfig {
     fn default() -> Self {
         SidecarConfig {
@@ -169,26 +168,35 @@ impl BadSetting {
 impl Settings {
     /// Parses and checks a sidecar's options (no I/O).
     pub fn from_options(options: &Options<'_>) -> Result<Settings, Diagnostic> {
-        options.refuse_unknown_keys(known_keys::<SidecarConfig>().iter().map(String::as_str))?;
-        let config: SidecarConfig = options.parse()?;
-        options.check_range("ring", config.ring, 0..=MAX_QUEUE)?;
-        options.check_range("client_queue", config.client_queue, 1..=MAX_QUEUE)?;
-        options.check_range(
-            "resume_window_ms",
-            config.resume_window_ms,
-            0..=MAX_DURATION_MS,
-        )?;
-        options.check_range(
-            "ring_max_bytes",
-            config.ring_max_bytes,
-            MIN_RING_BYTES..=MAX_RING_BYTES,
-        )?;
-        options.check_range("max_frame", config.max_frame, 1..=MAX_FRAME_LIMIT)?;
-        options.check_range(
-            "ingest_timeout_ms",
-            config.ingest_timeout_ms,
-            0..=MAX_DURATION_MS,
-        )?;
+        let config: SidecarConfig = parse_flattened(options)?;
+        // Sizes are `usize`: as `u64` (lossless) they share one table with the durations.
+        let size = |n: usize| n as u64;
+        for (key, value, range) in [
+            ("ring", size(config.ring), 0..=size(MAX_QUEUE)),
+            (
+                "client_queue",
+                size(config.client_queue),
+                1..=size(MAX_QUEUE),
+            ),
+            (
+                "resume_window_ms",
+                config.resume_window_ms,
+                0..=MAX_DURATION_MS,
+            ),
+            (
+                "ring_max_bytes",
+                size(config.ring_max_bytes),
+                size(MIN_RING_BYTES)..=size(MAX_RING_BYTES),
+            ),
+            (
+                "max_frame",
+                size(config.max_frame),
+                1..=size(MAX_FRAME_LIMIT),
+            ),
+        ] {
+            options.check_range(key, value, range)?;
+        }
+        check_ingest_timeout(options, config.ingest_timeout_ms)?;
         Settings::check(config).map_err(|e| options.error_at(e.key, e.message))
     }
 

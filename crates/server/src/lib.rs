@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use patchbay_graph::{
     Adapter, BoxFuture, ComponentError, ComponentStats, ComponentType, Diagnostic, Options, Output,
-    OutputContext, OutputKind, Role, WhenFull, options_of,
+    OutputContext, WhenFull, options_of,
 };
 use tokio::sync::watch;
 
@@ -81,24 +81,18 @@ pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// The `sidecar` output: it talks both ways (what UIs send comes out of `NAME.inbound`),
 /// and a slow UI never holds up the graph (its queue drops the oldest when full).
-pub const ADAPTER: Adapter = Adapter {
-    name: "sidecar",
-    protocol: "sidecar",
-    summary: "the sidecar: WebSocket and SSE fan-out to UIs, signal ingest, health and metrics",
-    components: &[ComponentType {
-        name: TYPE_NAME,
-        summary: "serve signals to UIs (WebSocket, SSE), take signals and controls back",
-        role: Role::Output(OutputKind {
-            build,
-            inbound: true,
-            when_full: WhenFull::DropOldest,
-        }),
-        options: options_of::<SidecarConfig>,
-    }],
-    parse: None,
-    wrap: None,
-    probes: &[],
-};
+pub const ADAPTER: Adapter = Adapter::new(
+    "sidecar",
+    "the sidecar: WebSocket and SSE fan-out to UIs, signal ingest, health and metrics",
+    &[ComponentType::output(
+        TYPE_NAME,
+        "serve signals to UIs (WebSocket, SSE), take signals and controls back",
+        build,
+        options_of::<SidecarConfig>,
+    )
+    .inbound()
+    .when_full(WhenFull::DropOldest)],
+);
 
 fn build(options: &Options<'_>) -> Result<Box<dyn Output>, Diagnostic> {
     Ok(Box::new(Sidecar::new(Settings::from_options(options)?)))

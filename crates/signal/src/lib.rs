@@ -9,6 +9,7 @@
 //! ([`path`]), text templates with `{path}` placeholders ([`template`]) and the id and clock
 //! helpers. It does no I/O.
 
+pub mod agent_table;
 pub mod control;
 pub mod decode;
 mod id;

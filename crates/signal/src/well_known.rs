@@ -67,8 +67,10 @@ pub enum Severity {
     Critical,
 }
 
+/// A well-known payload, declared once: the struct (its fields, their JSON names) and the
+/// schema [`check`] and [`repair`] read (each field's kind; `Option` fields are optional).
 macro_rules! payload {
-    ($(#[$doc:meta])* $name:ident = $kind:literal { $($(#[$fdoc:meta])* $field:ident : $ty:ty => $json:literal),* $(,)? }) => {
+    ($(#[$doc:meta])* $name:ident = $kind:literal { $($(#[$fdoc:meta])* $field:ident : $ty:ty => $json:literal as $fkind:ident),* $(,)? }) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -83,17 +85,30 @@ macro_rules! payload {
         impl Payload for $name {
             const KIND: &'static str = $kind;
         }
+        impl $name {
+            /// The schema of the payload's fields, in order.
+            const FIELDS: &'static [Field] = &[$(Field {
+                name: $json,
+                kind: Kind::$fkind,
+                required: <$ty as Absent>::REQUIRED,
+            }),*];
+        }
     };
 }
 
 /// Trait used by `skip_serializing_if` so that `Option::None` fields are omitted while
-/// required fields are always written.
+/// required fields are always written, and by the schema to tell which fields are required.
 trait Absent {
+    /// Whether the schema requires the field (all but `Option` fields).
+    const REQUIRED: bool = true;
+
     fn absent(&self) -> bool {
         false
     }
 }
 impl<T> Absent for Option<T> {
+    const REQUIRED: bool = false;
+
     fn absent(&self) -> bool {
         self.is_none()
     }
@@ -111,13 +126,13 @@ payload!(
     /// `task_dispatch`: a task is assigned to an agent.
     TaskDispatch = "task_dispatch" {
         /// The task being dispatched.
-        task_id: String => "taskId",
+        task_id: String => "taskId" as Str,
         /// Who dispatches it.
-        from: String => "from",
+        from: String => "from" as Str,
         /// Who receives it.
-        to: String => "to",
+        to: String => "to" as Str,
         /// Human-readable description.
-        description: Option<String> => "description",
+        description: Option<String> => "description" as Str,
     }
 );
 
@@ -125,13 +140,13 @@ payload!(
     /// `tool_call`: an agent invokes a tool.
     ToolCall = "tool_call" {
         /// The tool's name.
-        tool_name: String => "toolName",
+        tool_name: String => "toolName" as Str,
         /// The calling agent.
-        agent_id: String => "agentId",
+        agent_id: String => "agentId" as Str,
         /// Correlates with the `tool_result`.
-        call_id: Option<String> => "callId",
+        call_id: Option<String> => "callId" as Str,
         /// The arguments (an object).
-        input: Option<Object> => "input",
+        input: Option<Object> => "input" as Obj,
     }
 );
 
@@ -139,15 +154,15 @@ payload!(
     /// `tool_result`: a tool returned.
     ToolResult = "tool_result" {
         /// The tool's name.
-        tool_name: String => "toolName",
+        tool_name: String => "toolName" as Str,
         /// The agent that made the call.
-        agent_id: String => "agentId",
+        agent_id: String => "agentId" as Str,
         /// Correlates with the `tool_call`.
-        call_id: Option<String> => "callId",
+        call_id: Option<String> => "callId" as Str,
         /// Whether the call succeeded.
-        success: bool => "success",
+        success: bool => "success" as Bool,
         /// The tool's output (an object).
-        output: Option<Object> => "output",
+        output: Option<Object> => "output" as Obj,
     }
 );
 
@@ -155,15 +170,15 @@ payload!(
     /// `token_usage`: tokens consumed.
     TokenUsage = "token_usage" {
         /// The consuming agent.
-        agent_id: String => "agentId",
+        agent_id: String => "agentId" as Str,
         /// Prompt (input) tokens.
-        prompt_tokens: u64 => "promptTokens",
+        prompt_tokens: u64 => "promptTokens" as Count,
         /// Completion (output) tokens.
-        completion_tokens: u64 => "completionTokens",
+        completion_tokens: u64 => "completionTokens" as Count,
         /// The model used.
-        model: Option<String> => "model",
+        model: Option<String> => "model" as Str,
         /// Estimated cost in USD.
-        cost: Option<f64> => "cost",
+        cost: Option<f64> => "cost" as Amount,
     }
 );
 
@@ -171,13 +186,13 @@ payload!(
     /// `agent_state_change`: an agent moves between states.
     AgentStateChange = "agent_state_change" {
         /// The agent.
-        agent_id: String => "agentId",
+        agent_id: String => "agentId" as Str,
         /// Previous state.
-        from: AgentState => "from",
+        from: AgentState => "from" as State,
         /// New state.
-        to: AgentState => "to",
+        to: AgentState => "to" as State,
         /// Why.
-        reason: Option<String> => "reason",
+        reason: Option<String> => "reason" as Str,
     }
 );
 
@@ -185,13 +200,13 @@ payload!(
     /// `error`: something went wrong.
     ErrorPayload = "error" {
         /// The agent concerned.
-        agent_id: Option<String> => "agentId",
+        agent_id: Option<String> => "agentId" as Str,
         /// Machine-readable code.
-        code: Option<String> => "code",
+        code: Option<String> => "code" as Str,
         /// Human-readable message.
-        message: String => "message",
+        message: String => "message" as Str,
         /// How bad it is.
-        severity: Severity => "severity",
+        severity: Severity => "severity" as Severity,
     }
 );
 
@@ -199,13 +214,13 @@ payload!(
     /// `completion`: a task or a stream finished.
     Completion = "completion" {
         /// The task that completed.
-        task_id: String => "taskId",
+        task_id: String => "taskId" as Str,
         /// The agent that completed it.
-        agent_id: Option<String> => "agentId",
+        agent_id: Option<String> => "agentId" as Str,
         /// Whether it succeeded.
-        success: bool => "success",
+        success: bool => "success" as Bool,
         /// Summary of the result (a finish or stop reason, for LLM streams).
-        result: Option<String> => "result",
+        result: Option<String> => "result" as Str,
     }
 );
 
@@ -213,13 +228,13 @@ payload!(
     /// `text_delta`: a streaming text chunk.
     TextDelta = "text_delta" {
         /// The agent producing the text.
-        agent_id: String => "agentId",
+        agent_id: String => "agentId" as Str,
         /// The chunk (a delta, not cumulative).
-        content: String => "content",
+        content: String => "content" as Str,
         /// `text`, `code` or `markdown`.
-        content_type: Option<String> => "contentType",
+        content_type: Option<String> => "contentType" as ContentType,
         /// Chunk index within the stream (0-based).
-        index: Option<u64> => "index",
+        index: Option<u64> => "index" as Count,
     }
 );
 
@@ -227,9 +242,9 @@ payload!(
     /// `thinking`: a reasoning chunk.
     Thinking = "thinking" {
         /// The agent thinking.
-        agent_id: String => "agentId",
+        agent_id: String => "agentId" as Str,
         /// The reasoning text chunk.
-        content: String => "content",
+        content: String => "content" as Str,
     }
 );
 
@@ -325,89 +340,15 @@ const fn opt(name: &'static str, kind: Kind) -> Field {
 fn spec(kind: &str) -> Option<&'static [Field]> {
     use Kind::*;
     Some(match kind {
-        "task_dispatch" => {
-            &const {
-                [
-                    req("taskId", Str),
-                    req("from", Str),
-                    req("to", Str),
-                    opt("description", Str),
-                ]
-            }
-        }
-        "tool_call" => {
-            &const {
-                [
-                    req("toolName", Str),
-                    req("agentId", Str),
-                    opt("callId", Str),
-                    opt("input", Obj),
-                ]
-            }
-        }
-        "tool_result" => {
-            &const {
-                [
-                    req("toolName", Str),
-                    req("agentId", Str),
-                    opt("callId", Str),
-                    req("success", Bool),
-                    opt("output", Obj),
-                ]
-            }
-        }
-        "token_usage" => {
-            &const {
-                [
-                    req("agentId", Str),
-                    req("promptTokens", Count),
-                    req("completionTokens", Count),
-                    opt("model", Str),
-                    opt("cost", Amount),
-                ]
-            }
-        }
-        "agent_state_change" => {
-            &const {
-                [
-                    req("agentId", Str),
-                    req("from", State),
-                    req("to", State),
-                    opt("reason", Str),
-                ]
-            }
-        }
-        "error" => {
-            &const {
-                [
-                    opt("agentId", Str),
-                    opt("code", Str),
-                    req("message", Str),
-                    req("severity", Severity),
-                ]
-            }
-        }
-        "completion" => {
-            &const {
-                [
-                    req("taskId", Str),
-                    opt("agentId", Str),
-                    req("success", Bool),
-                    opt("result", Str),
-                ]
-            }
-        }
-        "text_delta" => {
-            &const {
-                [
-                    req("agentId", Str),
-                    req("content", Str),
-                    opt("contentType", ContentType),
-                    opt("index", Count),
-                ]
-            }
-        }
-        "thinking" => &const { [req("agentId", Str), req("content", Str)] },
+        "task_dispatch" => TaskDispatch::FIELDS,
+        "tool_call" => ToolCall::FIELDS,
+        "tool_result" => ToolResult::FIELDS,
+        "token_usage" => TokenUsage::FIELDS,
+        "agent_state_change" => AgentStateChange::FIELDS,
+        "error" => ErrorPayload::FIELDS,
+        "completion" => Completion::FIELDS,
+        "text_delta" => TextDelta::FIELDS,
+        "thinking" => Thinking::FIELDS,
         "user.click" => &const { [req("target", Str), opt("position", Position)] },
         "user.move" => &const { [req("entityId", Str), req("toSlot", Str), opt("toZone", Str)] },
         "user.zone" => &const { [req("bounds", Bounds), opt("intent", Str)] },

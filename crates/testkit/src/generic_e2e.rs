@@ -207,31 +207,40 @@ pub async fn start_sse() -> SsePeer {
     }
 }
 
+/// A client source's table: `kind` connecting to `url` with a bearer `token`, retrying
+/// after `backoff_initial_ms`, plus its own `extra` options.
+fn client_source(
+    name: &str,
+    kind: &str,
+    url: &str,
+    token: &str,
+    backoff_initial_ms: u64,
+    extra: &str,
+) -> String {
+    format!(
+        r#"
+[sources.{name}]
+type = "{kind}"
+url = "{url}"
+headers = {{ Authorization = "Bearer {token}" }}
+backoff_initial_ms = {backoff_initial_ms}
+connect_timeout_ms = 2000
+{extra}"#
+    )
+}
+
 /// The pipeline: both sources → a file.
 pub fn pipeline(dir: &Path, ws: &str, sse: &str, out: &Path) -> PathBuf {
+    let ws_extra = "backoff_max_ms = 400\nping_interval_ms = 200\n";
     let text = format!(
-        r#"
-[sources.ws]
-type = "websocket"
-url = "{ws}"
-headers = {{ Authorization = "Bearer ws-secret-token" }}
-backoff_initial_ms = 100
-backoff_max_ms = 400
-connect_timeout_ms = 2000
-ping_interval_ms = 200
-
-[sources.events]
-type = "sse"
-url = "{sse}"
-headers = {{ Authorization = "Bearer sse-secret-token" }}
-backoff_initial_ms = 5000
-connect_timeout_ms = 2000
-
+        r#"{}{}
 [outputs.out]
 type = "file"
 path = "{}"
 inputs = ["ws", "events"]
 "#,
+        client_source("ws", "websocket", ws, "ws-secret-token", 100, ws_extra),
+        client_source("events", "sse", sse, "sse-secret-token", 5000, ""),
         out.display()
     );
     let path = dir.join("generic.toml");

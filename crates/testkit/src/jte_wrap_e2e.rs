@@ -23,7 +23,7 @@
 #![allow(unsafe_code)]
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -175,6 +175,7 @@ async fn serve_socket(mut socket: WebSocket, query: Option<String>, s: Sidecar) 
     }
 }
 
+/// The user's terminal: a pseudo-terminal of `rows` × `cols`, opened as `wrap` opens its own.
 fn open_terminal(rows: u16, cols: u16) -> (OwnedFd, OwnedFd) {
     let size = libc::winsize {
         ws_row: rows,
@@ -182,23 +183,8 @@ fn open_terminal(rows: u16, cols: u16) -> (OwnedFd, OwnedFd) {
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
-    let (mut master, mut slave) = (-1, -1);
-    // SAFETY: valid out-pointers and winsize.
-    let rc = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            &size,
-        )
-    };
-    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: fresh descriptors from openpty.
-    unsafe {
-        libc::fcntl(master, libc::F_SETFD, libc::FD_CLOEXEC);
-        (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave))
-    }
+    let pty = patchbay_jte::pty::open_pty(Some(size)).expect("openpty");
+    (pty.master, pty.slave)
 }
 
 /// A wrap running in a terminal the test opened, with a stand-in sidecar.

@@ -10,6 +10,7 @@
 //! property checks, [`throughput`] builds the LLM decoders' bench input, and [`scratch`]
 //! gives the end-to-end tests temporary directories that remove themselves. [`jack`] runs a
 //! JACK server for the MIDI tests, [`nats_server`] a `nats-server` for the NATS tests.
+//! `stand_in` (feature `stand-in`) is a one-connection TCP peer for probe tests.
 //!
 //! End-to-end scenarios that an adapter's tests and the root package's tests (on the
 //! binary) both run are here too, each behind a feature so that a test builds only the
@@ -33,6 +34,8 @@ pub mod process;
 pub mod properties;
 pub mod random_input;
 pub mod scratch;
+#[cfg(feature = "stand-in")]
+pub mod stand_in;
 pub mod throughput;
 pub mod validity;
 

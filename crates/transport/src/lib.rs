@@ -39,13 +39,16 @@ pub mod probe;
 pub mod publish;
 mod redact;
 pub mod tls;
+pub mod two_way;
 mod ws;
 
 pub use backoff::{Backoff, check_delays, retry_detail};
 pub use driver::{Driver, Ended, GaveUp, Link};
 pub use headers::Headers;
 pub use http::{client_builder, client_builder_with, describe_http_error};
-pub use options::{Defaults, Scheme, TransportConfig, TransportOptions, known_keys, parse_options};
+pub use options::{
+    Defaults, Scheme, TransportConfig, TransportOptions, known_keys, parse_flattened, parse_options,
+};
 pub use redact::{RedactedUrl, SECRET_QUERY_KEYS};
 pub use tls::TlsError;
 pub use ws::{

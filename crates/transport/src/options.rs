@@ -258,11 +258,20 @@ pub fn known_keys<T: schemars::JsonSchema>() -> Vec<String> {
 /// `flatten`), then the whole struct is parsed (a value of the wrong type is reported at
 /// that value, whichever part it belongs to), then the transport's values are checked.
 pub fn parse_options<T: TransportConfig>(options: &Options<'_>) -> Result<T, Diagnostic> {
-    let known = known_keys::<T>();
-    options.refuse_unknown_keys(known.iter().map(String::as_str))?;
-    let config: T = options.parse()?;
+    let config: T = parse_flattened(options)?;
     config.transport().check(options)?;
     Ok(config)
+}
+
+/// Parses a config that flattens shared options (the transport's, a listener's): unknown
+/// keys are refused over all its keys (serde's `deny_unknown_fields` does not work through
+/// `flatten`), then the whole struct is parsed.
+pub fn parse_flattened<T: schemars::JsonSchema + serde::de::DeserializeOwned>(
+    options: &Options<'_>,
+) -> Result<T, Diagnostic> {
+    let known = known_keys::<T>();
+    options.refuse_unknown_keys(known.iter().map(String::as_str))?;
+    options.parse()
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use patchbay_signal::normalize::Decoded;
 use patchbay_signal::{Object, Signal, object};
+use patchbay_testkit::prng::Rng;
 use serde_json::{Value, json};
 
 use super::*;
@@ -567,37 +568,21 @@ fn stream_decoder_trait_stamps_with_now() {
     assert_eq!(s.kind, "midi.note_on");
 }
 
-/// A tiny deterministic pseudo-random generator (xorshift64*).
-struct Rng(u64);
+/// Bytes that look like MIDI often enough to reach every state: mostly data bytes, some
+/// channel status bytes, some system and real-time bytes.
+fn midi_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|_| match rng.below(10) {
+            0..=5 => rng.below(0x80) as u8,
+            6 | 7 => 0x80 + rng.below(0x70) as u8,
+            8 => 0xF0 + rng.below(8) as u8,
+            _ => 0xF8 + rng.below(8) as u8,
+        })
+        .collect()
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// Bytes that look like MIDI often enough to reach every state: mostly data bytes,
-    /// some channel status bytes, some system and real-time bytes.
-    fn midi_bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len)
-            .map(|_| match self.below(10) {
-                0..=5 => self.below(0x80) as u8,
-                6 | 7 => 0x80 + self.below(0x70) as u8,
-                8 => 0xF0 + self.below(8) as u8,
-                _ => 0xF8 + self.below(8) as u8,
-            })
-            .collect()
-    }
-
-    fn any_bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next() as u8).collect()
-    }
+fn any_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
 /// Checks the invariants of every output: schema-valid, ports set, numbers in range.
@@ -633,11 +618,11 @@ fn check_ranges(out: &[Decoded]) {
 fn arbitrary_bytes_never_panic() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for round in 0..400 {
-        let len = rng.below(300) as usize;
+        let len = rng.below(300);
         let bytes = if round % 2 == 0 {
-            rng.any_bytes(len)
+            any_bytes(&mut rng, len)
         } else {
-            rng.midi_bytes(len)
+            midi_bytes(&mut rng, len)
         };
         for mut decoder in [plain(), with_system()] {
             let out = run(&mut decoder, &bytes);
@@ -646,7 +631,7 @@ fn arbitrary_bytes_never_panic() {
             let mut out = Vec::new();
             let mut rest = bytes.as_slice();
             while !rest.is_empty() {
-                let n = (rng.below(5) as usize + 1).min(rest.len());
+                let n = (rng.below(5) + 1).min(rest.len());
                 let (message, tail) = rest.split_at(n);
                 decoder.decode_message(message, TS, &mut out);
                 rest = tail;
@@ -678,11 +663,11 @@ fn comparable(out: &[Decoded]) -> Vec<(bool, String, i64, Object, Option<Object>
 fn split_insensitive() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     for round in 0..300 {
-        let len = rng.below(200) as usize;
+        let len = rng.below(200);
         let bytes = if round % 3 == 0 {
-            rng.any_bytes(len)
+            any_bytes(&mut rng, len)
         } else {
-            rng.midi_bytes(len)
+            midi_bytes(&mut rng, len)
         };
         for system in [false, true] {
             let make = || {
@@ -697,7 +682,7 @@ fn split_insensitive() {
             let mut out = Vec::new();
             let mut rest = bytes.as_slice();
             while !rest.is_empty() {
-                let n = (rng.below(7) as usize).min(rest.len());
+                let n = rng.below(7).min(rest.len());
                 let (chunk, tail) = rest.split_at(n);
                 split.feed_at(chunk, TS, &mut out);
                 rest = tail;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt as _;
 
@@ -54,13 +54,10 @@ fn refuse(shared: &Shared, code: u32, why: &str) -> Response {
     answer(code, why)
 }
 
-pub(super) async fn handle(
-    State(shared): State<Arc<Shared>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+/// Answers one call (every path of the gRPC listener comes here, as a whole request).
+pub(super) async fn handle(State(shared): State<Arc<Shared>>, call: Request) -> Response {
+    let (parts, body) = call.into_parts();
+    let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     // `:authority` and `Origin` were checked at the door (`listen::serve_h2c`).
     let content_type = headers
         .get(header::CONTENT_TYPE)

@@ -64,6 +64,26 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// The largest `max_connections`.
 pub const MAX_CONNECTIONS_LIMIT: usize = 1_000_000;
 
+/// The default `ingest_timeout_ms` of a listener that takes signals in (the sidecar, the
+/// OTLP receiver): how long a request waits for room when the graph is full, 5 s.
+pub const DEFAULT_INGEST_TIMEOUT_MS: u64 = 5000;
+
+/// [`DEFAULT_INGEST_TIMEOUT_MS`], for `#[serde(default = "…")]`.
+pub fn default_ingest_timeout_ms() -> u64 {
+    DEFAULT_INGEST_TIMEOUT_MS
+}
+
+/// Checks a listener's `ingest_timeout_ms` (at most one day; 0 refuses at once when the
+/// graph is full), the error at its value.
+pub fn check_ingest_timeout(
+    options: &patchbay_graph::Options<'_>,
+    ingest_timeout_ms: u64,
+) -> Result<Duration, patchbay_graph::Diagnostic> {
+    options
+        .check_range("ingest_timeout_ms", ingest_timeout_ms, 0..=MAX_DURATION_MS)
+        .map(Duration::from_millis)
+}
+
 /// The options every listener takes beside its `listen` (the sidecar, the hook
 /// endpoints, the OTLP receiver, the LLM tap proxy): which host names it answers, and how
 /// long and how many connections it keeps. A component's config flattens them
