@@ -88,8 +88,10 @@ const BLOCK_FRAMES: usize = 16;
 /// …and this many bytes of text: a frame queued for a client keeps its whole block in
 /// memory, so a block stays small, and a frame this large goes in a block of its own.
 const BLOCK_BYTES: usize = 4096;
-/// The size of the usual frame, to size a block's buffer.
-const FRAME_BYTES: usize = 256;
+
+/// The room a signal's part kept as a tree is given in a block's buffer (its text is
+/// not known before it is written; a larger one grows the buffer).
+const FRAME_TREE_BYTES: usize = 128;
 
 /// A published frame, as the ring and the clients' queues hold it: a share of the block
 /// of frames it was serialized with (see [`frames`]).
@@ -122,12 +124,18 @@ pub fn frames(first_seq: u64, signals: impl IntoIterator<Item = SharedSignal>) -
     let mut out = Vec::with_capacity(left);
     let mut block = Block::default();
     for (seq, signal) in (first_seq..).zip(signals) {
+        let room = Part::room(&signal);
+        if !block.parts.is_empty() && block.text.len() + room > BLOCK_BYTES {
+            // The block is full: a frame is not copied again by a buffer that grows.
+            block.finish(&mut out);
+        }
         if block.text.capacity() == 0 {
-            // Room for the usual frame of each signal left (the ring keeps blocks: a
-            // block of a few frames does not hold a buffer sized for many).
+            // Room for a frame like this one of each signal left, up to a block's worth
+            // (the ring keeps blocks: a block of a few frames does not hold a buffer sized
+            // for many).
             block
                 .text
-                .reserve(left.clamp(1, BLOCK_FRAMES) * FRAME_BYTES);
+                .reserve((left.clamp(1, BLOCK_FRAMES) * room).min(BLOCK_BYTES.max(room)));
         }
         left = left.saturating_sub(1);
         let from = block.text.len();
@@ -216,6 +224,25 @@ struct Part {
 }
 
 impl Part {
+    /// The room `write` takes for the signal: exact for the parts kept as text (the usual
+    /// case), an estimate for trees.
+    fn room(s: &Signal) -> usize {
+        // The keys and punctuation, quotes included, and the longest `timestamp` and `seq`.
+        const FIXED: usize =
+            r#"{"id":"","type":"","timestamp":,"source":"","metadata":{,"seq":},"payload":}"#.len()
+                + 2 * 20;
+        let tree = |raw: Option<&str>| raw.map_or(FRAME_TREE_BYTES, str::len);
+        FIXED
+            + s.id.len()
+            + s.kind.len()
+            + s.source.len()
+            + s.correlation_id
+                .as_ref()
+                .map_or(0, |c| r#","correlationId":"""#.len() + c.len())
+            + s.metadata.as_ref().map_or(0, |m| tree(m.raw_json()))
+            + tree(s.payload.raw_json())
+    }
+
     /// Appends the signal's sajou form to `out`.
     fn write(out: &mut String, seq: u64, s: &Signal) -> Part {
         let start = out.len();
@@ -1160,6 +1187,25 @@ mod tests {
         // The large frame keeps no small one alive, nor they it.
         assert_eq!(together[20].block.len(), 1);
         assert!(!Arc::ptr_eq(&together[19].block, &together[21].block));
+    }
+
+    #[test]
+    fn a_frame_kept_as_text_fits_the_room_its_block_gives_it() {
+        // The room is what keeps a block's buffer from growing (and copying itself): for
+        // the usual signal, read from text, it holds the whole frame.
+        let mut normalizer = patchbay_signal::normalize::Normalizer::new("ui");
+        for text in [
+            r#"{"type":"text_delta","source":"s","payload":{"agentId":"a","content":"hi"}}"#,
+            r#"{"type":"text_delta","source":"s","payload":{"agentId":"a","text":"hi"},"metadata":{"t0":1}}"#,
+            r#"{"type":"x.y","id":"1","timestamp":-12345678901234,"source":"s","correlationId":"c","payload":{},"metadata":{}}"#,
+            r#"{"type":"text_delta","source":"s","payload":{"agentId":"a","content":"hi","seq":1},"metadata":{"seq":3}}"#,
+        ] {
+            let signal = Arc::new(normalizer.envelope_from_str(text).unwrap());
+            let made = frame(18_000_000_000_000_000_000, Arc::clone(&signal));
+            let len = made.text(Format::Sajou).len();
+            let room = Part::room(&signal);
+            assert!(len <= room && room <= len + 60, "{len} {room} {text}");
+        }
     }
 
     fn next_now(c: &Client) -> Option<Outgoing> {

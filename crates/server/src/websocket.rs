@@ -232,9 +232,14 @@ impl Reader {
         };
         let mask: [u8; 4] = mask.try_into().unwrap_or_default();
         header_len += 4;
-        if bytes.len() < header_len + length {
-            // Room for the whole frame at once.
-            self.buffer.reserve(header_len + length - bytes.len());
+        let whole = header_len + length;
+        if bytes.len() < whole {
+            // Room for the whole frame at once. The next read drops the decoded bytes
+            // before it: a buffer that can hold the frame then does not grow (and copy
+            // itself) for it.
+            if self.buffer.capacity() < whole {
+                self.buffer.reserve(whole - bytes.len());
+            }
             return Ok(None);
         }
         let start = self.at + header_len;
@@ -583,6 +588,35 @@ mod tests {
         reader.push(&client_frame(0x81, b"small", [1, 2, 3, 4]));
         assert!(reader.buffer.capacity() <= KEEP_BUFFER);
         assert_eq!(text(&mut reader).as_deref(), Some("small"));
+    }
+
+    #[tokio::test]
+    async fn a_stream_of_frames_cut_by_reads_keeps_one_chunk_of_buffer() {
+        // Every read fills the buffer, so most end inside a frame: that frame waits for the
+        // next read without growing the buffer (dropping the decoded bytes makes room).
+        let mut stream = Vec::new();
+        for i in 0..5_000 {
+            let text = format!(
+                "{{\"type\":\"text_delta\",\"n\":{i},\"pad\":\"{}\"}}",
+                "x".repeat(i % 300)
+            );
+            stream.extend_from_slice(&client_frame(0x81, text.as_bytes(), [9, 8, 7, 6]));
+        }
+        let mut io = &stream[..];
+        let mut reader = Reader::new(1 << 20);
+        let mut messages = 0;
+        while reader.fill_from(&mut io).await.unwrap() > 0 {
+            while let Some(incoming) = reader.decode_next().unwrap() {
+                assert!(matches!(incoming, Incoming::Message(true, _)));
+                messages += 1;
+            }
+            assert!(
+                reader.buffer.capacity() <= 2 * READ_CHUNK,
+                "{}",
+                reader.buffer.capacity()
+            );
+        }
+        assert_eq!(messages, 5_000);
     }
 
     #[tokio::test]

@@ -65,6 +65,31 @@ impl SmallString {
         })
     }
 
+    /// `parts` one after the other, inline when they fit: a prefixed name (`invalid.<type>`)
+    /// without formatting or an allocation.
+    ///
+    /// ```
+    /// use patchbay_signal::SmallString;
+    /// assert_eq!(SmallString::concat(&["invalid.", "text_delta"]), "invalid.text_delta");
+    /// ```
+    pub fn concat(parts: &[&str]) -> Self {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > INLINE {
+            return SmallString(Repr::Heap(parts.concat().into_boxed_str()));
+        }
+        let mut bytes = [0; INLINE];
+        let mut at = 0;
+        for part in parts {
+            bytes[at..at + part.len()].copy_from_slice(part.as_bytes());
+            at += part.len();
+        }
+        // Whole `&str`s one after the other: valid UTF-8, as `inline` requires.
+        SmallString(Repr::Inline {
+            len: len as u8,
+            bytes,
+        })
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         match &self.0 {

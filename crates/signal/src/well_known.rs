@@ -593,25 +593,21 @@ fn repair_text(
     };
     let missing = fit.missing();
     let reason = fit.fields.iter().enumerate().find_map(|(i, f)| {
-        let invalid = if missing & (1 << i) != 0 && !filled(f.name) {
-            Invalid::Missing(f.name)
+        if missing & (1 << i) != 0 && !filled(f.name) {
+            Some(Invalid::Missing(f.name))
         } else if fit.wrong & (1 << i) != 0 {
-            Invalid::WrongType {
+            Some(Invalid::WrongType {
                 field: f.name,
                 expected: describe(f.kind),
-            }
+            })
         } else {
-            return None;
-        };
-        // The type's field names and descriptions need no escape: the words are the JSON
-        // string's text as they are.
-        let words = invalid.words();
-        let mut text = String::with_capacity(2 + words.iter().map(|w| w.len()).sum::<usize>());
-        text.push('"');
-        words.iter().for_each(|w| text.push_str(w));
-        text.push('"');
-        Some(text)
+            None
+        }
     });
+    // The reason as a JSON string: the type's field names and descriptions need no escape,
+    // so its words are the string's text as they are.
+    let reason = reason.as_ref().map(Invalid::words);
+    let reason_len = reason.map(|words| 2 + words.iter().map(|w| w.len()).sum::<usize>());
     let fills = [("taskId", &task), ("agentId", &agent)];
     let fill_len =
         |(name, value): &(&str, &Option<String>)| value.as_ref().map(|v| name.len() + 3 + v.len());
@@ -639,7 +635,7 @@ fn repair_text(
     let moved = members.iter().any(|m| !m.stays);
     let extra_len =
         moved.then(|| object_len(members.iter().filter(|m| !m.stays).map(|m| text(m).len())));
-    let metadata = if extra_len.is_none() && reason.is_none() {
+    let metadata = if extra_len.is_none() && reason_len.is_none() {
         None
     } else {
         let Some(existing) = metadata else {
@@ -658,7 +654,7 @@ fn repair_text(
         }
         let additions = [
             extra_len.map(|len| "extra".len() + 3 + len),
-            reason.as_ref().map(|r| "invalid".len() + 3 + r.len()),
+            reason_len.map(|len| "invalid".len() + 3 + len),
         ];
         let inner = existing.len() - 2;
         let len = object_len(
@@ -679,8 +675,11 @@ fn repair_text(
             }
             text_out.push('}');
         }
-        if let Some(reason) = &reason {
-            push_field(&mut text_out, &mut first, "invalid", reason);
+        if let Some(words) = reason {
+            push_key(&mut text_out, &mut first, "invalid");
+            text_out.push('"');
+            words.iter().for_each(|w| text_out.push_str(w));
+            text_out.push('"');
         }
         text_out.push('}');
         debug_assert_eq!(text_out.len(), len);
@@ -872,7 +871,7 @@ pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
                     signal.metadata = Some(LazyObject::from_canonical_string(metadata));
                 }
                 if invalid {
-                    signal.kind = format!("invalid.{}", signal.kind).into();
+                    signal.kind = SmallString::concat(&["invalid.", &signal.kind]);
                 }
                 return true;
             }
@@ -918,8 +917,7 @@ pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
         }
     }
     if let Err(reason) = check(&signal.kind, &signal.payload) {
-        let kind = std::mem::take(&mut signal.kind);
-        signal.kind = format!("invalid.{kind}").into();
+        signal.kind = SmallString::concat(&["invalid.", &signal.kind]);
         signal
             .metadata_mut()
             .insert("invalid".into(), Value::String(reason.to_string()));
