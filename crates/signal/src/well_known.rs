@@ -643,12 +643,16 @@ fn repair_text(
         };
         let existing = existing.unwrap_or("{}");
         // A field already there is replaced in place by the tree's insert: rare, left to
-        // it.
+        // it. (A name that appears nowhere in the text is not a key: the usual answer,
+        // found without reading the metadata.)
         let mut taken = false;
-        crate::payload::fields_of_canonical(existing, |key, _| {
-            taken |= (key == "extra" && moved) || (key == "invalid" && reason.is_some());
-            !taken
-        });
+        let named = |name: &str| existing.contains(name);
+        if (moved && named("extra")) || (reason.is_some() && named("invalid")) {
+            crate::payload::fields_of_canonical(existing, |key, _| {
+                taken |= (key == "extra" && moved) || (key == "invalid" && reason.is_some());
+                !taken
+            });
+        }
         if taken {
             return TextRepair::Tree;
         }
@@ -1129,6 +1133,8 @@ mod tests {
             Some(r#"{"t0":1}"#),
             Some(r#"{"extra":{"x":1}}"#),
             Some(r#"{"invalid":"before"}"#),
+            // The names, but not as keys of the metadata.
+            Some(r#"{"note":"extra","a":{"invalid":1}}"#),
         ];
         let object = |text: &str| serde_json::from_str::<Object>(text).unwrap();
         for (kind, payload) in payloads {
