@@ -6,7 +6,8 @@ use patchbay_signal::decode::{DEFAULT_MAX_LINE, LineSplitter};
 use patchbay_signal::normalize::{Decoded, bad_input_signal};
 use patchbay_signal::now_ms;
 use patchbay_transport::child::{
-    ChildConfig, ChildDefaults, ChildOptions, StdioChild, finish, parse_child_options, write_line,
+    ChildConfig, ChildOptions, NoDefaultCommand, StdioChild, finish, parse_child_options,
+    write_line,
 };
 use patchbay_transport::two_way::{TwoWay, TwoWayComponent};
 use serde::Deserialize;
@@ -23,22 +24,12 @@ pub struct CodeliaConfig {
     /// The runtime to run (`command`, e.g. `["node", "packages/runtime/dist/index.js"]`,
     /// `cwd`, `env`).
     #[serde(flatten)]
-    pub runtime: ChildOptions<Runtime>,
-}
-
-/// A Codelia runtime has no default command: the config names it.
-#[derive(Debug, Clone, schemars::JsonSchema)]
-pub struct Runtime;
-
-impl ChildDefaults for Runtime {
-    fn command() -> Vec<String> {
-        Vec::new()
-    }
+    pub runtime: ChildOptions<NoDefaultCommand>,
 }
 
 impl ChildConfig for CodeliaConfig {
-    type Defaults = Runtime;
-    fn child_mut(&mut self) -> &mut ChildOptions<Runtime> {
+    type Defaults = NoDefaultCommand;
+    fn child_mut(&mut self) -> &mut ChildOptions<NoDefaultCommand> {
         &mut self.runtime
     }
 }
@@ -86,20 +77,19 @@ impl TwoWay for CodeliaConfig {
         let mut splitter = LineSplitter::new(DEFAULT_MAX_LINE);
         let mut buf = vec![0u8; 64 * 1024];
         let mut out: Vec<Decoded> = Vec::new();
-        let mut graph_open = true;
-        loop {
+        // Whether the graph is still open when the loop ends (the runtime ended by itself).
+        let graph_open = loop {
             tokio::select! {
                 n = stdout.read(&mut buf) => {
                     let n = n.unwrap_or(0);
                     if n == 0 {
                         splitter.finish(|line| decode_line(&mut client, &source, line, init_id.as_ref(), &side, &mut out));
                         let _ = side.emit_all(&mut out).await;
-                        break;
+                        break true;
                     }
                     splitter.feed(&buf[..n], |line| decode_line(&mut client, &source, line, init_id.as_ref(), &side, &mut out));
                     if side.emit_all(&mut out).await.is_err() {
-                        graph_open = false;
-                        break;
+                        break false;
                     }
                 }
                 signal = side.next_control(), if stdin.is_some() => match signal {
@@ -116,20 +106,13 @@ impl TwoWay for CodeliaConfig {
                             Err(e) => cx.refused(format!("{}: {e}", signal.kind)),
                         }
                     }
-                    None => {
-                        // The graph ended: closing stdin asks the runtime to exit.
-                        graph_open = false;
-                        break;
-                    }
+                    // The graph ended: closing stdin asks the runtime to exit.
+                    None => break false,
                 },
-                () = side.shutdown(), if side.controls.is_none() => {
-                    graph_open = false;
-                    break;
-                }
+                () = side.shutdown(), if side.controls.is_none() => break false,
             }
-        }
-        drop(stdin);
-        let status = finish(&mut child, graph_open).await;
+        };
+        let status = finish(&mut child, stdin, graph_open).await;
         if !graph_open {
             return Ok(());
         }

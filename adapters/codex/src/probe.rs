@@ -10,11 +10,7 @@ use patchbay_graph::{BoxFuture, descriptor::Probe};
 use patchbay_transport::probe::{find_program, program_state, report_blocking};
 
 /// The probe of `local:codex`.
-pub const PROBE: Probe = Probe {
-    service: "codex",
-    rescan: None,
-    run: run_probe,
-};
+pub const PROBE: Probe = Probe::new("codex", run_probe);
 
 fn run_probe(_cx: ProbeContext) -> BoxFuture<Option<Service>> {
     Box::pin(async move {

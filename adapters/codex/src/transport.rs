@@ -238,8 +238,8 @@ async fn run(config: &CodexConfig, source: &str, side: &LinkEnds<'_>) -> RunEnd 
     let mut buf = vec![0u8; 64 * 1024];
     let mut out: Vec<Decoded> = Vec::new();
     let mut replies: Vec<String> = Vec::new();
-    let mut graph_open = true;
-    loop {
+    // Whether the graph is still open when the loop ends (Codex ended by itself).
+    let graph_open = loop {
         let deadline = client.deadlines.values().min().copied();
         tokio::select! {
             n = stdout.read(&mut buf) => {
@@ -257,18 +257,16 @@ async fn run(config: &CodexConfig, source: &str, side: &LinkEnds<'_>) -> RunEnd 
                 }
                 replies.clear();
                 if side.emit_all(&mut out).await.is_err() {
-                    graph_open = false;
-                    break;
+                    break false;
                 }
                 if n == 0 {
-                    break;
+                    break true;
                 }
             }
             signal = side.next_control(), if stdin.is_some() => {
                 let Some(signal) = signal else {
                     // The graph ended: closing stdin asks Codex to exit.
-                    graph_open = false;
-                    break;
+                    break false;
                 };
                 let Some(cx) = side.controls else { continue };
                 match control_lines(&mut client, &signal) {
@@ -299,14 +297,10 @@ async fn run(config: &CodexConfig, source: &str, side: &LinkEnds<'_>) -> RunEnd 
                     side.record_error(&format!("codex: cannot answer: {e}"));
                 }
             }
-            () = side.shutdown(), if side.controls.is_none() => {
-                graph_open = false;
-                break;
-            }
+            () = side.shutdown(), if side.controls.is_none() => break false,
         }
-    }
-    drop(stdin);
-    let status = finish(&mut child, graph_open).await;
+    };
+    let status = finish(&mut child, stdin, graph_open).await;
     if !graph_open {
         return RunEnd::GraphEnded;
     }

@@ -10,11 +10,7 @@ use crate::system::{MidiError, PortList, list_ports};
 
 /// The probe of `local:midi`: the ports are listed every second whatever the daemon's
 /// `interval_ms`, so that a controller plugged in shows at once.
-pub const PROBE: Probe = Probe {
-    service: "midi",
-    rescan: Some(Duration::from_secs(1)),
-    run: run_probe,
-};
+pub const PROBE: Probe = Probe::new("midi", run_probe).rescan(Duration::from_secs(1));
 
 fn run_probe(cx: ProbeContext) -> BoxFuture<Option<Service>> {
     Box::pin(async move { Some(probe_with(list_ports, &cx).await) })

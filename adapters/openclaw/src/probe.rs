@@ -10,11 +10,7 @@ use crate::config_file::{default_config_file, display_path, read_token};
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:18789";
 
 /// The probe of `local:openclaw`.
-pub const PROBE: Probe = Probe {
-    service: "openclaw",
-    rescan: None,
-    run: run_probe,
-};
+pub const PROBE: Probe = Probe::new("openclaw", run_probe);
 
 fn run_probe(cx: ProbeContext) -> BoxFuture<Option<Service>> {
     Box::pin(async move {

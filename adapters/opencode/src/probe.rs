@@ -21,11 +21,7 @@ pub const HEALTH_PATH: &str = "/global/health";
 const MAX_BODY: usize = 64 * 1024;
 
 /// The probe of `local:opencode`.
-pub const PROBE: Probe = Probe {
-    service: "opencode",
-    rescan: None,
-    run: run_probe,
-};
+pub const PROBE: Probe = Probe::new("opencode", run_probe);
 
 fn run_probe(cx: ProbeContext) -> BoxFuture<Option<Service>> {
     Box::pin(async move {

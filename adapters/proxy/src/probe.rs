@@ -22,16 +22,8 @@ pub const LMSTUDIO_ADDRESS: &str = "127.0.0.1:1234";
 
 /// The probes of `local:ollama` and `local:lmstudio`.
 pub const PROBES: [Probe; 2] = [
-    Probe {
-        service: "ollama",
-        rescan: None,
-        run: run_ollama,
-    },
-    Probe {
-        service: "lmstudio",
-        rescan: None,
-        run: run_lmstudio,
-    },
+    Probe::new("ollama", run_ollama),
+    Probe::new("lmstudio", run_lmstudio),
 ];
 
 fn run_ollama(cx: ProbeContext) -> BoxFuture<Option<Service>> {

@@ -302,6 +302,28 @@ pub struct Probe {
     pub run: fn(ProbeContext) -> BoxFuture<Option<Service>>,
 }
 
+impl Probe {
+    /// The probe of `service`, run at the daemon's `interval_ms`.
+    pub const fn new(
+        service: &'static str,
+        run: fn(ProbeContext) -> BoxFuture<Option<Service>>,
+    ) -> Self {
+        Probe {
+            service,
+            rescan: None,
+            run,
+        }
+    }
+
+    /// Probed at least every `every`, whatever `interval_ms` says.
+    pub const fn rescan(self, every: Duration) -> Self {
+        Probe {
+            rescan: Some(every),
+            ..self
+        }
+    }
+}
+
 impl std::fmt::Debug for Probe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Probe")
@@ -358,11 +380,10 @@ mod tests {
     const LOSSY: ComponentType = ComponentType::output("lossy", "drops", output, options)
         .inbound()
         .when_full(WhenFull::DropNewest);
-    const PROBES: &[Probe] = &[Probe {
-        service: "nothing",
-        rescan: None,
-        run: |_| Box::pin(async { None }),
-    }];
+    const PROBES: &[Probe] = &[
+        Probe::new("nothing", |_| Box::pin(async { None })),
+        Probe::new("often", |_| Box::pin(async { None })).rescan(Duration::from_secs(1)),
+    ];
 
     #[test]
     fn an_output_is_one_way_and_blocks_unless_told_otherwise() {
@@ -407,7 +428,10 @@ mod tests {
             .probes(PROBES);
         assert_eq!((FULL.name, FULL.protocol), ("full", "other"));
         assert!(FULL.parse.is_some() && FULL.wrap.is_some());
-        assert_eq!(FULL.probes.len(), 1);
-        assert_eq!(FULL.probes[0].service, "nothing");
+        let probes: Vec<_> = FULL.probes.iter().map(|p| (p.service, p.rescan)).collect();
+        assert_eq!(
+            probes,
+            [("nothing", None), ("often", Some(Duration::from_secs(1)))]
+        );
     }
 }

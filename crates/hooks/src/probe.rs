@@ -41,11 +41,7 @@ impl HookAgentProbe {
 
     /// The discovery probe of the agent, which `run` runs (calling [`run`](Self::run)).
     pub const fn probe(self, run: fn(ProbeContext) -> BoxFuture<Option<Service>>) -> Probe {
-        Probe {
-            service: self.service,
-            rescan: None,
-            run,
-        }
+        Probe::new(self.service, run)
     }
 
     /// Runs `report` on patchbay's own `HOME`, current directory and `PATH`, on the

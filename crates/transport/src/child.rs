@@ -41,6 +41,16 @@ pub trait ChildDefaults: schemars::JsonSchema {
     fn command() -> Vec<String>;
 }
 
+/// The defaults of a program that has no default command: the config names it.
+#[derive(Debug, Clone, schemars::JsonSchema)]
+pub struct NoDefaultCommand;
+
+impl ChildDefaults for NoDefaultCommand {
+    fn command() -> Vec<String> {
+        Vec::new()
+    }
+}
+
 /// A config that embeds [`ChildOptions`].
 pub trait ChildConfig: for<'de> Deserialize<'de> + schemars::JsonSchema {
     /// Its defaults.
@@ -130,9 +140,15 @@ pub async fn write_line(stdin: &mut ChildStdin, line: &str) -> std::io::Result<(
     stdin.flush().await
 }
 
-/// Waits for a program whose input was closed: `graph_open` (it ended by itself), until
-/// it exits; else (patchbay is stopping) for [`EXIT_GRACE`], then kills it (`None`).
-pub async fn finish(child: &mut Child, graph_open: bool) -> Option<ExitStatus> {
+/// Closes the program's input (`stdin`, when still open: that asks it to exit) and waits
+/// for it: `graph_open` (it ended by itself), until it exits; else (patchbay is stopping)
+/// for [`EXIT_GRACE`], then kills it (`None`).
+pub async fn finish(
+    child: &mut Child,
+    stdin: Option<ChildStdin>,
+    graph_open: bool,
+) -> Option<ExitStatus> {
+    drop(stdin);
     if graph_open {
         return child.wait().await.ok();
     }
