@@ -14,7 +14,7 @@ use crate::ConfigError;
 use crate::key_timers::{AfterRelease, HoldRules, Holding, KeyTimers};
 use crate::keyed::{KeySpec, Slot};
 use crate::options::{
-    DotPath, KeyPaths, MAX_COUNT, build_filter, default_max_keys, max_keys, millis, parse_path,
+    DotPath, FilterConfig, KeyPaths, MAX_COUNT, default_max_keys, max_keys, millis, parse_path,
     positive, positive_opt,
 };
 
@@ -74,17 +74,14 @@ fn default_window() -> u64 {
     50
 }
 
-/// Builds a `coalesce` from its options.
-pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
-    build_filter(options, CoalesceConfig::into_spec, |c| {
-        options.check_range("window_ms", c.window_ms, 1..=MAX_DURATION_MS)?;
-        options.check_range_opt("max_chars", c.max_chars, 1..=MAX_COUNT)
-    })
-}
+impl FilterConfig for CoalesceConfig {
+    fn check_ranges(&self, options: &Options<'_>) -> Result<(), Diagnostic> {
+        options.check_range("window_ms", self.window_ms, 1..=MAX_DURATION_MS)?;
+        options.check_range_opt("max_chars", self.max_chars, 1..=MAX_COUNT)?;
+        Ok(())
+    }
 
-impl CoalesceConfig {
-    /// Checks the options and makes the filter's spec.
-    pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
+    fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         if self.types.is_empty() {
             return Err(ConfigError::at("types", "`types` needs at least one type"));
         }

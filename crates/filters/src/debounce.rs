@@ -9,7 +9,7 @@ use crate::ConfigError;
 use crate::key_timers::{AfterRelease, HoldRules, Holding, KeyTimers};
 use crate::keyed::KeySpec;
 use crate::options::{
-    KeyPaths, build_filter, default_max_keys, max_keys, millis, positive, positive_opt,
+    FilterConfig, KeyPaths, default_max_keys, max_keys, millis, positive, positive_opt,
 };
 
 /// Options of a `debounce` filter.
@@ -41,17 +41,14 @@ pub struct DebounceConfig {
     pub clock: ClockKind,
 }
 
-/// Builds a `debounce` from its options.
-pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
-    build_filter(options, DebounceConfig::into_spec, |c| {
-        options.check_range("quiet_ms", c.quiet_ms, 1..=MAX_DURATION_MS)?;
-        options.check_range_opt("max_wait_ms", c.max_wait_ms, 1..=MAX_DURATION_MS)
-    })
-}
+impl FilterConfig for DebounceConfig {
+    fn check_ranges(&self, options: &Options<'_>) -> Result<(), Diagnostic> {
+        options.check_range("quiet_ms", self.quiet_ms, 1..=MAX_DURATION_MS)?;
+        options.check_range_opt("max_wait_ms", self.max_wait_ms, 1..=MAX_DURATION_MS)?;
+        Ok(())
+    }
 
-impl DebounceConfig {
-    /// Checks the options and makes the filter's spec.
-    pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
+    fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         if self.max_wait_ms.is_some_and(|m| m < self.quiet_ms) {
             return Err(ConfigError::at(
                 "max_wait_ms",

@@ -9,7 +9,7 @@ use patchbay_signal::{SharedSignal, Signal};
 use serde::Deserialize;
 
 use crate::keyed::{Key, KeySpec, Keyed};
-use crate::options::{DotPath, build_filter, default_max_keys, max_keys, millis, positive_opt};
+use crate::options::{DotPath, FilterConfig, default_max_keys, max_keys, millis, positive_opt};
 use crate::{ConfigError, RESET};
 
 /// Options of a `dedupe` filter.
@@ -47,16 +47,13 @@ fn event_clock() -> ClockKind {
     ClockKind::Event
 }
 
-/// Builds a `dedupe` from its options.
-pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
-    build_filter(options, DedupeConfig::into_spec, |c| {
-        options.check_range_opt("window_ms", c.window_ms, 1..=MAX_DURATION_MS)
-    })
-}
+impl FilterConfig for DedupeConfig {
+    fn check_ranges(&self, options: &Options<'_>) -> Result<(), Diagnostic> {
+        options.check_range_opt("window_ms", self.window_ms, 1..=MAX_DURATION_MS)?;
+        Ok(())
+    }
 
-impl DedupeConfig {
-    /// Checks the options and makes the filter's spec.
-    pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
+    fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         let fields = match self.fields {
             Some(fields) if fields.is_empty() => {
                 return Err(ConfigError::at(

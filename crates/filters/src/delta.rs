@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use patchbay_graph::{Diagnostic, Emit, Filter, FilterSpec, Options};
+use patchbay_graph::{Emit, Filter, FilterSpec};
 use patchbay_signal::SharedSignal;
 use patchbay_signal::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::keyed::{KeySpec, Keyed};
-use crate::options::{DotPath, default_max_keys, max_keys, non_negative_opt};
+use crate::options::{DotPath, FilterConfig, default_max_keys, max_keys, non_negative_opt};
 use crate::{ConfigError, RESET};
 
 /// Options of a `delta` filter.
@@ -48,15 +48,8 @@ pub struct DeltaConfig {
     pub max_keys: u64,
 }
 
-/// Builds a `delta` from its options.
-pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
-    let config: DeltaConfig = options.parse()?;
-    config.into_spec().map_err(|e| e.locate(options))
-}
-
-impl DeltaConfig {
-    /// Checks the combination of options and makes the filter's spec.
-    pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
+impl FilterConfig for DeltaConfig {
+    fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         let bound = match (self.threshold, self.percent) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::not_both("threshold", "percent"));

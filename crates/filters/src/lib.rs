@@ -49,7 +49,7 @@ pub use dedupe::{Dedupe, DedupeConfig};
 pub use delta::{Delta, DeltaConfig};
 pub use jq::JqExpr;
 pub use map::{Map, MapConfig, Mapping, ScaleConfig, ScaleFn};
-pub use options::{DotPath, KeyPaths, Rate};
+pub use options::{DotPath, FilterConfig, KeyPaths, Rate, build};
 pub use route::{Route, RouteConfig};
 pub use sample::{Sample, SampleConfig};
 pub use throttle::{EmitMode, Throttle, ThrottleConfig};
@@ -65,19 +65,19 @@ pub const ADAPTER: Adapter = Adapter {
         ComponentType {
             name: "throttle",
             summary: "at most one signal per key per interval (first, last or both)",
-            role: Role::Filter(throttle::build),
+            role: Role::Filter(build::<ThrottleConfig>),
             options: options_of::<ThrottleConfig>,
         },
         ComponentType {
             name: "sample",
             summary: "keep a fraction of the signals, or one in N, per key",
-            role: Role::Filter(sample::build),
+            role: Role::Filter(build::<SampleConfig>),
             options: options_of::<SampleConfig>,
         },
         ComponentType {
             name: "delta",
             summary: "pass a signal only when a value changed (by at least a threshold)",
-            role: Role::Filter(delta::build),
+            role: Role::Filter(build::<DeltaConfig>),
             options: options_of::<DeltaConfig>,
         },
         ComponentType {
@@ -101,19 +101,19 @@ pub const ADAPTER: Adapter = Adapter {
         ComponentType {
             name: "dedupe",
             summary: "drop a signal whose fields were seen recently",
-            role: Role::Filter(dedupe::build),
+            role: Role::Filter(build::<DedupeConfig>),
             options: options_of::<DedupeConfig>,
         },
         ComponentType {
             name: "coalesce",
             summary: "merge runs of streaming deltas into one signal per window",
-            role: Role::Filter(coalesce::build),
+            role: Role::Filter(build::<CoalesceConfig>),
             options: options_of::<CoalesceConfig>,
         },
         ComponentType {
             name: "debounce",
             summary: "per key, the last signal once the key has been quiet",
-            role: Role::Filter(debounce::build),
+            role: Role::Filter(build::<DebounceConfig>),
             options: options_of::<DebounceConfig>,
         },
     ],

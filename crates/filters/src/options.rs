@@ -19,17 +19,24 @@ pub const MAX_KEYS: u64 = 1_000_000;
 /// The largest `burst` of a rate throttle and `every` of a sample.
 pub const MAX_COUNT: u64 = 1_000_000_000;
 
-/// A filter's `build`: parses its config `C`, checks the ranges of its numbers
-/// (`check_ranges`, so that an error points at the value), then checks the combination of
-/// options and makes the spec (`into_spec`, whose error is located at its key).
-pub(crate) fn build_filter<C: DeserializeOwned, Checked>(
-    options: &Options<'_>,
-    into_spec: impl FnOnce(C) -> Result<FilterSpec, ConfigError>,
-    check_ranges: impl FnOnce(&C) -> Result<Checked, Diagnostic>,
-) -> Result<FilterSpec, Diagnostic> {
+/// A filter's options, as `build` takes them: their numbers' ranges are checked first, so
+/// that an error points at the value; then their combination, an error located at its key.
+pub trait FilterConfig: DeserializeOwned {
+    /// Checks the ranges of the numbers (none by default).
+    fn check_ranges(&self, options: &Options<'_>) -> Result<(), Diagnostic> {
+        let _ = options;
+        Ok(())
+    }
+
+    /// Checks the combination of options and makes the filter's spec.
+    fn into_spec(self) -> Result<FilterSpec, ConfigError>;
+}
+
+/// Builds the filter whose options are `C`: a component type's `build`.
+pub fn build<C: FilterConfig>(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
     let config: C = options.parse()?;
-    check_ranges(&config)?;
-    into_spec(config).map_err(|e| e.locate(options))
+    config.check_ranges(options)?;
+    config.into_spec().map_err(|e| e.locate(options))
 }
 
 /// A dot path into a signal (`type`, `payload.note`, `metadata.seq`, sajou's `content`),
@@ -248,7 +255,9 @@ mod tests {
     #[test]
     fn absurd_numbers_are_refused_at_their_value() {
         use crate::testing::{Build, assert_build_refuses};
-        use crate::{coalesce, debounce, dedupe, delta, sample, throttle};
+        use crate::{
+            CoalesceConfig, DebounceConfig, DedupeConfig, DeltaConfig, SampleConfig, ThrottleConfig,
+        };
         const DAY: &str = "must be at least 1 and at most 86400000";
         const COUNT: &str = "must be at least 1 and at most 1000000000";
         const KEYS: &str = "must be at least 1 and at most 1000000";
@@ -262,24 +271,28 @@ mod tests {
             }
         };
         let keys = ("max_keys", n, KEYS);
-        refuses(coalesce::build, "", &[("window_ms", ms, DAY), keys]);
-        refuses(debounce::build, "", &[("quiet_ms", ms, DAY)]);
+        refuses(build::<CoalesceConfig>, "", &[("window_ms", ms, DAY), keys]);
+        refuses(build::<DebounceConfig>, "", &[("quiet_ms", ms, DAY)]);
         refuses(
-            debounce::build,
+            build::<DebounceConfig>,
             "quiet_ms = 5\n",
             &[("max_wait_ms", ms, DAY), keys],
         );
-        refuses(dedupe::build, "", &[("window_ms", ms, DAY), keys]);
-        refuses(delta::build, "path = \"payload.v\"\n", &[keys]);
+        refuses(build::<DedupeConfig>, "", &[("window_ms", ms, DAY), keys]);
+        refuses(build::<DeltaConfig>, "path = \"payload.v\"\n", &[keys]);
         refuses(
-            sample::build,
+            build::<SampleConfig>,
             "",
             &[("interval_ms", ms, DAY), ("every", n, COUNT)],
         );
-        refuses(sample::build, "every = 5\n", &[keys]);
-        refuses(throttle::build, "", &[("interval_ms", ms, DAY)]);
-        refuses(throttle::build, "rate = \"1/s\"\n", &[("burst", n, COUNT)]);
-        refuses(throttle::build, "interval_ms = 5\n", &[keys]);
+        refuses(build::<SampleConfig>, "every = 5\n", &[keys]);
+        refuses(build::<ThrottleConfig>, "", &[("interval_ms", ms, DAY)]);
+        refuses(
+            build::<ThrottleConfig>,
+            "rate = \"1/s\"\n",
+            &[("burst", n, COUNT)],
+        );
+        refuses(build::<ThrottleConfig>, "interval_ms = 5\n", &[keys]);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use patchbay_signal::Signal;
 use patchbay_testkit::prng::Rng;
 
 use crate::testing::{Driver, config, keyed, reset};
-use crate::{ADAPTER, DeltaConfig, SampleConfig, ThrottleConfig, WhenConfig};
+use crate::{ADAPTER, DeltaConfig, FilterConfig, SampleConfig, ThrottleConfig, WhenConfig};
 
 /// Signals with mostly increasing timestamps (some out of order, some ties), a handful of
 /// keys (some missing) and the occasional `reset`.

@@ -9,7 +9,7 @@ use crate::ConfigError;
 use crate::key_timers::{AfterRelease, HoldRules, Holding, KeyTimers};
 use crate::keyed::{Key, KeySpec};
 use crate::options::{
-    DotPath, MAX_COUNT, build_filter, default_max_keys, max_keys, millis, positive_opt, ratio_opt,
+    DotPath, FilterConfig, MAX_COUNT, default_max_keys, max_keys, millis, positive_opt, ratio_opt,
     seed_opt,
 };
 
@@ -60,17 +60,14 @@ pub struct SampleConfig {
     pub clock: Option<ClockKind>,
 }
 
-/// Builds a `sample` from its options.
-pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
-    build_filter(options, SampleConfig::into_spec, |c| {
-        options.check_range_opt("every", c.every, 1..=MAX_COUNT)?;
-        options.check_range_opt("interval_ms", c.interval_ms, 1..=MAX_DURATION_MS)
-    })
-}
+impl FilterConfig for SampleConfig {
+    fn check_ranges(&self, options: &Options<'_>) -> Result<(), Diagnostic> {
+        options.check_range_opt("every", self.every, 1..=MAX_COUNT)?;
+        options.check_range_opt("interval_ms", self.interval_ms, 1..=MAX_DURATION_MS)?;
+        Ok(())
+    }
 
-impl SampleConfig {
-    /// Checks the combination of options and makes the filter's spec.
-    pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
+    fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         let mut chosen: Vec<&'static str> = Vec::new();
         if self.every.is_some() {
             chosen.push("every");

@@ -9,7 +9,7 @@ use crate::ConfigError;
 use crate::key_timers::{AfterRelease, HoldRules, Holding, KeyTimers};
 use crate::keyed::KeySpec;
 use crate::options::{
-    DotPath, MAX_COUNT, Rate, build_filter, default_max_keys, max_keys, millis, positive_opt,
+    DotPath, FilterConfig, MAX_COUNT, Rate, default_max_keys, max_keys, millis, positive_opt,
 };
 
 /// Options of a `throttle` filter.
@@ -73,17 +73,14 @@ pub enum EmitMode {
     Both,
 }
 
-/// Builds a `throttle` from its options.
-pub fn build(options: &Options<'_>) -> Result<FilterSpec, Diagnostic> {
-    build_filter(options, ThrottleConfig::into_spec, |c| {
-        options.check_range_opt("interval_ms", c.interval_ms, 1..=MAX_DURATION_MS)?;
-        options.check_range_opt("burst", c.burst, 1..=MAX_COUNT)
-    })
-}
+impl FilterConfig for ThrottleConfig {
+    fn check_ranges(&self, options: &Options<'_>) -> Result<(), Diagnostic> {
+        options.check_range_opt("interval_ms", self.interval_ms, 1..=MAX_DURATION_MS)?;
+        options.check_range_opt("burst", self.burst, 1..=MAX_COUNT)?;
+        Ok(())
+    }
 
-impl ThrottleConfig {
-    /// Checks the combination of options and makes the filter's spec.
-    pub fn into_spec(self) -> Result<FilterSpec, ConfigError> {
+    fn into_spec(self) -> Result<FilterSpec, ConfigError> {
         let limit = match (self.interval_ms, self.rate) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::not_both("interval_ms", "rate"));
