@@ -5,10 +5,21 @@ use std::borrow::Cow;
 
 use patchbay_signal::normalize::{Decoded, bad_input_signal, json_or_report, object_or_report};
 use patchbay_signal::well_known::{ErrorPayload, Payload, Severity, as_count, tool_call_arguments};
-use patchbay_signal::{Object, Signal, SmallString, is_informative, next_id, now_ms, take_str};
+use patchbay_signal::{Object, Signal, SmallString, is_informative, take_str};
+use patchbay_sse::data_payload;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
+
+/// A text or thinking signal; the first of its content block (`first`) carries the
+/// block's index in `metadata.block`, marking where the block starts.
+fn mark_block_start(signal: Signal, block: u64, first: bool) -> Signal {
+    if first {
+        signal.with_meta("block", block)
+    } else {
+        signal
+    }
+}
 
 /// Stop reasons that mean the answer is not a success.
 fn stop_succeeded(reason: &str) -> bool {
@@ -127,18 +138,13 @@ impl MessagesDecoder {
         self.message.as_ref().and_then(|m| m.id.as_deref())
     }
 
-    /// Decodes one SSE `data` payload (a JSON event), stamped now.
-    pub fn decode_data(&mut self, data: &str, out: &mut Vec<Decoded>) {
-        self.decode_data_at(data, now_ms(), out);
-    }
-
-    /// Decodes one SSE `data` payload, stamping its signals with `timestamp` (ms). Text
-    /// that is not a JSON object is reported as bad input.
+    /// Decodes one SSE `data` payload (a JSON event), stamping its signals with
+    /// `timestamp` (ms); a blank payload yields nothing. Text that is not a JSON object is
+    /// reported as bad input. ([`patchbay_sse::DataDecoder::decode_data`] stamps it now.)
     pub fn decode_data_at(&mut self, data: &str, timestamp: i64, out: &mut Vec<Decoded>) {
-        let data = data.trim();
-        if data.is_empty() {
+        let Some(data) = data_payload(data) else {
             return;
-        }
+        };
         if self.fast_path(data, timestamp, out) {
             return;
         }
@@ -339,14 +345,10 @@ impl MessagesDecoder {
         self.last_ts = timestamp;
     }
 
-    /// The stream ended (or was cut) without `message_stop`: emits the tool calls and
-    /// result blocks still open (with `metadata.incomplete = true`), then forgets the
-    /// message. No `completion`: the message did not stop.
-    pub fn end_stream(&mut self, out: &mut Vec<Decoded>) {
-        self.end_stream_at(now_ms(), out);
-    }
-
-    /// [`MessagesDecoder::end_stream`] with the given timestamp.
+    /// The stream ended (or was cut) without `message_stop`, at `timestamp` (ms): emits the
+    /// tool calls and result blocks still open (with `metadata.incomplete = true`), then
+    /// forgets the message. No `completion`: the message did not stop.
+    /// ([`patchbay_sse::DataDecoder::end_stream`] stamps them now.)
     pub fn end_stream_at(&mut self, timestamp: i64, out: &mut Vec<Decoded>) {
         if self.message.is_some() {
             self.flush_blocks(timestamp, out);
@@ -379,15 +381,9 @@ impl MessagesDecoder {
     }
 
     fn signal(&self, kind: &str, payload: Object, ts: i64) -> Signal {
-        Signal {
-            id: next_id(),
-            kind: kind.into(),
-            timestamp: ts,
-            source: self.source.clone(),
-            correlation_id: self.correlation(),
-            metadata: None,
-            payload: payload.into(),
-        }
+        let mut signal = Signal::stamped(kind, self.source.clone(), payload, ts);
+        signal.correlation_id = self.correlation();
+        signal
     }
 
     /// The message in progress; events that come without a `message_start` get one
@@ -896,13 +892,8 @@ impl MessagesDecoder {
         payload.insert("agentId".into(), Value::String(self.agent_id()));
         payload.insert("content".into(), Value::String(text));
         payload.insert("index".into(), Value::from(index));
-        let mut signal = self.signal("text_delta", payload, ts);
-        if first {
-            signal
-                .metadata_mut()
-                .insert("block".into(), Value::from(block));
-        }
-        out.push(Decoded::Signal(signal));
+        let signal = self.signal("text_delta", payload, ts);
+        out.push(Decoded::Signal(mark_block_start(signal, block, first)));
     }
 
     /// A `thinking`; the first of its block (`first`) carries `metadata.block`.
@@ -917,13 +908,8 @@ impl MessagesDecoder {
         let mut payload = Object::with_capacity(3);
         payload.insert("agentId".into(), Value::String(self.agent_id()));
         payload.insert("content".into(), Value::String(thinking));
-        let mut signal = self.signal("thinking", payload, ts);
-        if first {
-            signal
-                .metadata_mut()
-                .insert("block".into(), Value::from(block));
-        }
-        out.push(Decoded::Signal(signal));
+        let signal = self.signal("thinking", payload, ts);
+        out.push(Decoded::Signal(mark_block_start(signal, block, first)));
     }
 
     fn emit_citation(&mut self, block: u64, citation: Value, ts: i64, out: &mut Vec<Decoded>) {

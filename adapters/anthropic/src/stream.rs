@@ -1,59 +1,29 @@
-//! The [`StreamDecoder`] over raw bytes: SSE or one JSON event per line.
+//! The [`StreamDecoder`](patchbay_signal::decode::StreamDecoder) over raw bytes: SSE or
+//! one JSON event per line.
 
-use patchbay_signal::decode::StreamDecoder;
+use patchbay_signal::SmallString;
 use patchbay_signal::normalize::Decoded;
-use patchbay_signal::{SmallString, now_ms};
-use patchbay_sse::{DataFramer, Framing};
+use patchbay_sse::{DataDecoder, DataStreamDecoder};
 
 use crate::messages::MessagesDecoder;
 
 /// Decodes an Anthropic Messages stream from bytes: raw SSE text or one JSON event per
 /// line, detected from the first significant byte (`{` means JSON lines). SSE `event:`
 /// lines are not needed: the JSON `type` names the event. The end of the input ends the
-/// stream (tool blocks still open are emitted then).
-#[derive(Debug, Clone)]
-pub struct AnthropicStreamDecoder {
-    framer: DataFramer,
-    messages: MessagesDecoder,
-}
+/// stream (tool blocks still open are emitted then). [`DataStreamDecoder::decoder`] is
+/// the event decoder (message in progress, source).
+pub type AnthropicStreamDecoder = DataStreamDecoder<MessagesDecoder>;
 
-impl AnthropicStreamDecoder {
-    /// A decoder that detects the framing, with signals from `source`.
-    pub fn new(source: impl Into<SmallString>) -> Self {
-        AnthropicStreamDecoder {
-            framer: DataFramer::detect(),
-            messages: MessagesDecoder::new(source),
-        }
+impl DataDecoder for MessagesDecoder {
+    fn for_source(source: SmallString) -> Self {
+        MessagesDecoder::new(source)
     }
 
-    /// A decoder for a known framing (an HTTP response is always [`Framing::Sse`]).
-    pub fn with_framing(source: impl Into<SmallString>, framing: Framing) -> Self {
-        AnthropicStreamDecoder {
-            framer: DataFramer::with_framing(framing),
-            messages: MessagesDecoder::new(source),
-        }
+    fn decode_data_at(&mut self, data: &str, timestamp: i64, out: &mut Vec<Decoded>) {
+        MessagesDecoder::decode_data_at(self, data, timestamp, out);
     }
 
-    /// The event decoder (message in progress, source).
-    pub fn messages(&self) -> &MessagesDecoder {
-        &self.messages
-    }
-}
-
-impl StreamDecoder for AnthropicStreamDecoder {
-    fn feed(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
-        // One clock read per read of bytes, not per event: what arrived together is
-        // stamped together, and reading the clock costs more than decoding a small event.
-        let ts = now_ms();
-        let messages = &mut self.messages;
-        self.framer
-            .feed(bytes, |frame| messages.decode_data_at(frame.data, ts, out));
-    }
-
-    fn finish(&mut self, out: &mut Vec<Decoded>) {
-        let messages = &mut self.messages;
-        self.framer
-            .finish(|frame| messages.decode_data(frame.data, out));
-        messages.end_stream(out);
+    fn end_stream_at(&mut self, timestamp: i64, out: &mut Vec<Decoded>) {
+        MessagesDecoder::end_stream_at(self, timestamp, out);
     }
 }

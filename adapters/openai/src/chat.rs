@@ -3,11 +3,9 @@
 
 use patchbay_signal::normalize::{Decoded, bad_input_signal, json_or_report, object_or_report};
 use patchbay_signal::well_known::{ErrorPayload, Payload, Severity, as_count, tool_call_arguments};
-use patchbay_signal::{Object, Signal, SmallString, is_informative, next_id, now_ms, take_str};
+use patchbay_signal::{Object, Signal, SmallString, is_informative, take_str};
+use patchbay_sse::{DONE, data_payload};
 use serde_json::Value;
-
-/// The data line that ends a stream.
-const DONE: &str = "[DONE]";
 
 /// Top-level chunk fields that are the same for the whole stream: kept once (last seen)
 /// and written to the metadata of the summary signals (`completion`, `token_usage`)
@@ -21,7 +19,7 @@ fn finish_succeeded(reason: &str) -> bool {
 
 /// Decodes one OpenAI-compatible chat completion stream (OpenAI, Ollama, LM Studio, vLLM)
 /// into signals. One decoder per stream (or per response body); after `[DONE]` or
-/// [`ChatDecoder::end_stream`] it starts afresh, so a capture holding several streams back
+/// [`ChatDecoder::end_stream_at`] it starts afresh, so a capture holding several streams back
 /// to back decodes too.
 ///
 /// - `delta.content` → `text_delta {agentId: model, content, index}` (`index` counts the
@@ -115,19 +113,14 @@ impl ChatDecoder {
         self.stream.model.as_deref()
     }
 
-    /// Decodes one SSE `data` payload (a JSON chunk, or `[DONE]`), stamped now.
-    pub fn decode_data(&mut self, data: &str, out: &mut Vec<Decoded>) {
-        self.decode_data_at(data, now_ms(), out);
-    }
-
-    /// Decodes one SSE `data` payload, stamping its signals with `timestamp` (ms).
-    /// `[DONE]` ends the stream ([`ChatDecoder::end_stream`]); text that is not JSON is
-    /// reported as bad input.
+    /// Decodes one SSE `data` payload (a JSON chunk, or `[DONE]`), stamping its signals
+    /// with `timestamp` (ms); a blank payload yields nothing. `[DONE]` ends the stream
+    /// ([`ChatDecoder::end_stream_at`]); text that is not JSON is reported as bad input.
+    /// ([`patchbay_sse::DataDecoder::decode_data`] stamps it now.)
     pub fn decode_data_at(&mut self, data: &str, timestamp: i64, out: &mut Vec<Decoded>) {
-        let data = data.trim();
-        if data.is_empty() {
+        let Some(data) = data_payload(data) else {
             return;
-        }
+        };
         if data == DONE {
             self.end_stream_at(timestamp, out);
             self.done = true;
@@ -238,14 +231,10 @@ impl ChatDecoder {
         self.end_stream_at(timestamp, out);
     }
 
-    /// The stream ended (or was cut): emits the tool calls still being assembled for
-    /// choices that never finished (with `metadata.unfinished = true`), then forgets the
-    /// stream. Emits no `completion` for them: no finish reason arrived.
-    pub fn end_stream(&mut self, out: &mut Vec<Decoded>) {
-        self.end_stream_at(now_ms(), out);
-    }
-
-    /// [`ChatDecoder::end_stream`] with the given timestamp.
+    /// The stream ended (or was cut) at `timestamp` (ms): emits the tool calls still being
+    /// assembled for choices that never finished (with `metadata.unfinished = true`), then
+    /// forgets the stream. Emits no `completion` for them: no finish reason arrived.
+    /// ([`patchbay_sse::DataDecoder::end_stream`] stamps them now.)
     pub fn end_stream_at(&mut self, timestamp: i64, out: &mut Vec<Decoded>) {
         let ctx = Ctx {
             ts: timestamp,
@@ -288,15 +277,9 @@ impl ChatDecoder {
     }
 
     fn signal(&self, kind: &str, payload: Object, ts: i64) -> Signal {
-        Signal {
-            id: next_id(),
-            kind: kind.into(),
-            timestamp: ts,
-            source: self.source.clone(),
-            correlation_id: self.stream.id.as_deref().map(SmallString::from),
-            metadata: None,
-            payload: payload.into(),
-        }
+        let mut signal = Signal::stamped(kind, self.source.clone(), payload, ts);
+        signal.correlation_id = self.stream.id.as_deref().map(SmallString::from);
+        signal
     }
 
     /// Metadata for a signal of choice `index`: `choice` when there are several,
@@ -617,9 +600,7 @@ impl ChatDecoder {
                     .insert("toolType".into(), Value::String(kind));
             }
             if unfinished {
-                signal
-                    .metadata_mut()
-                    .insert("unfinished".into(), Value::Bool(true));
+                signal = signal.with_meta("unfinished", true);
             }
             out.push(Decoded::Signal(signal));
         }

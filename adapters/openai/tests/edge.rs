@@ -7,6 +7,7 @@ use common::{decode, decoder, signals, sse};
 use patchbay_openai::{ChatDecoder, decode_response};
 use patchbay_signal::Signal;
 use patchbay_signal::normalize::Decoded;
+use patchbay_sse::DataDecoder;
 use patchbay_testkit::decoding::{decode_split, kinds, stable};
 use patchbay_testkit::prng::Rng;
 use patchbay_testkit::random_input::random_pieces;

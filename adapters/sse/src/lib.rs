@@ -6,6 +6,9 @@
 //!   cut off by the end of the stream.
 //! - [`DataFramer`]: payloads from either raw SSE or one JSON payload per line, for the
 //!   LLM stream decoders that accept both.
+//! - [`DataStreamDecoder`]: the LLM stream decoders' `StreamDecoder` over a
+//!   [`DataFramer`], each payload decoded by a [`DataDecoder`] (OpenAI chunks, Anthropic
+//!   events).
 //! - [`SseDecoder`]: the generic SSE source decoder (`patchbay parse --protocol sse`),
 //!   whose events carry generic JSON envelopes.
 //! - With the `http` feature: [`http`], asking for an event stream over HTTP and
@@ -14,6 +17,7 @@
 //!   [`SseSource`]), which subscribes to a stream over HTTP, reconnects with backoff and
 //!   resumes with `Last-Event-ID`.
 
+mod data_stream;
 mod decoder;
 mod framing;
 #[cfg(feature = "http")]
@@ -22,6 +26,7 @@ mod parser;
 #[cfg(feature = "source")]
 mod source;
 
+pub use data_stream::{DataDecoder, DataStreamDecoder, data_payload};
 pub use decoder::{DONE, SseDecoder, parse_decoder};
 pub use framing::{DataFramer, Frame, Framing};
 pub use parser::{SseEvent, SseEventRef, SseParser};

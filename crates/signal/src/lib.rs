@@ -128,10 +128,21 @@ impl Signal {
         source: impl Into<SmallString>,
         payload: Object,
     ) -> Self {
+        Signal::stamped(kind, source, payload, now_ms())
+    }
+
+    /// A new signal with a fresh id, stamped `timestamp` (ms): for a decoder that reads the
+    /// clock once for what arrived together.
+    pub fn stamped(
+        kind: impl Into<SmallString>,
+        source: impl Into<SmallString>,
+        payload: Object,
+        timestamp: i64,
+    ) -> Self {
         Signal {
             id: next_id(),
             kind: kind.into(),
-            timestamp: now_ms(),
+            timestamp,
             source: source.into(),
             correlation_id: None,
             metadata: None,
