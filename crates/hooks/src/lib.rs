@@ -9,7 +9,8 @@
 //! What differs between agents is one trait, [`HookAgent`]: its decoder (a
 //! [`HookDecoder`] over the agent's [`HookEvents`]: how a payload becomes signals),
 //! whether it is a call the gate may hold (and its prompt id, tool and input), the
-//! signals of a held call in the agent's envelope, and the body that answers a verdict. An adapter implements it (its default `listen` too: [`EndpointDefaults`]),
+//! signals of a held call in the agent's envelope, and the body that answers a verdict.
+//! An adapter implements it (its default `listen` too: [`EndpointDefaults`]),
 //! names [`EndpointOptions`] of its agent as its options struct, and builds its component
 //! with [`build_source`] and [`build_output`] (or checks the options into [`Settings`] and
 //! runs [`serve`] itself).
