@@ -17,8 +17,10 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::id::next_id_at;
-use crate::payload::{canonical_object_len, canonical_object_len_visiting, plain_len};
-use crate::well_known::{self, ErrorPayload, Fit, Payload, Severity};
+use crate::payload::{
+    canonical_object_len, canonical_object_len_visiting, is_canonical_object, plain_len,
+};
+use crate::well_known::{self, ErrorPayload, Fit, Payload, Severity, TextRepair};
 use crate::{LazyObject, Object, Signal, SmallString, now_ms, truncate};
 
 /// How much of a bad frame is kept in `metadata.raw`.
@@ -212,7 +214,7 @@ impl Normalizer {
 
     /// The signal of an envelope's fields: missing ones filled, misfits kept under
     /// `metadata.unknown`, the payload of a well-known type repaired.
-    fn build(&mut self, fields: Fields) -> Signal {
+    fn build(&mut self, fields: Fields<'_>) -> Signal {
         let Fields {
             kind,
             id,
@@ -275,8 +277,85 @@ impl Normalizer {
                 }
             },
         };
+        // The usual envelope: its payload and metadata kept as text, and nothing for
+        // `metadata.unknown`. Checked, and repaired, on the text before any of it is
+        // copied: a repaired payload or metadata is written once.
+        let texts = match (&payload, &metadata) {
+            (Some(ObjectField::Text(raw)), None) => Some((*raw, None)),
+            (Some(ObjectField::Text(raw)), Some(ObjectField::Text(m))) => Some((*raw, Some(*m))),
+            _ => None,
+        }
+        .filter(|_| unknown.is_empty() && rest.is_none());
+        // `repair`: the repair left to make on the signal (with the payload's fit, when the
+        // pass made one), `None` when it is made.
+        let (kind, metadata, payload, repair) = match texts {
+            Some((raw, metadata)) => {
+                let envelope = well_known::Envelope {
+                    kind: &kind,
+                    correlation_id: correlation_id.as_deref(),
+                    source: &source,
+                };
+                let kept = |text: Option<&str>| text.map(LazyObject::from_canonical);
+                match well_known::repair_on_text(envelope, payload_fit, raw, Some(metadata)) {
+                    TextRepair::Fits => {
+                        (kind, kept(metadata), LazyObject::from_canonical(raw), None)
+                    }
+                    TextRepair::Repaired {
+                        payload,
+                        metadata: repaired,
+                        invalid,
+                    } => (
+                        if invalid {
+                            well_known::invalid_kind(&kind)
+                        } else {
+                            kind
+                        },
+                        repaired
+                            .map(LazyObject::from_canonical_string)
+                            .or_else(|| kept(metadata)),
+                        LazyObject::from_canonical_string(payload),
+                        None,
+                    ),
+                    // Rare (see `TextRepair::Tree`): the repair on the signal, below.
+                    TextRepair::Tree => (
+                        kind,
+                        kept(metadata),
+                        LazyObject::from_canonical(raw),
+                        Some(None),
+                    ),
+                }
+            }
+            None => {
+                let (metadata, payload) = Self::trees(metadata, payload, rest, unknown);
+                (kind, metadata, payload, Some(payload_fit))
+            }
+        };
+        let mut signal = Signal {
+            id,
+            kind,
+            timestamp,
+            source,
+            correlation_id,
+            metadata,
+            payload,
+        };
+        if let Some(fit) = repair {
+            well_known::repair_fitted(&mut signal, fit);
+        }
+        signal
+    }
+
+    /// An envelope's `metadata` and `payload` for the signal: kept as text, or trees, with
+    /// the envelope's misfits (`unknown`, then the fields it does not know, `rest`) added
+    /// to the metadata under `unknown`.
+    fn trees(
+        metadata: Option<ObjectField<'_>>,
+        payload: Option<ObjectField<'_>>,
+        rest: Option<Box<Object>>,
+        mut unknown: Vec<(String, Value)>,
+    ) -> (Option<LazyObject>, LazyObject) {
         let mut metadata = match metadata {
-            Some(ObjectField::Text(m)) => Some(m),
+            Some(ObjectField::Text(m)) => Some(LazyObject::from_canonical(m)),
             None => None,
             Some(ObjectField::Tree(tree)) => match *tree {
                 Value::Object(m) => Some(m.into()),
@@ -288,7 +367,7 @@ impl Normalizer {
             },
         };
         let payload = match payload {
-            Some(ObjectField::Text(p)) => p,
+            Some(ObjectField::Text(p)) => LazyObject::from_canonical(p),
             None => LazyObject::new(),
             Some(ObjectField::Tree(tree)) => match *tree {
                 Value::Object(p) => p.into(),
@@ -309,17 +388,7 @@ impl Normalizer {
                 Value::Object(unknown.into_iter().collect()),
             );
         }
-        let mut signal = Signal {
-            id,
-            kind,
-            timestamp,
-            source,
-            correlation_id,
-            metadata,
-            payload,
-        };
-        well_known::repair_fitted(&mut signal, payload_fit);
-        signal
+        (metadata, payload)
     }
 }
 
@@ -330,12 +399,12 @@ impl Normalizer {
 /// into `fields` (which start empty). `false` as soon as anything else is met, with
 /// `fields` partly filled; the general reading then takes the text, and gives the same
 /// fields for everything this one accepts.
-fn plain_envelope(text: &str, fields: &mut Fields) -> bool {
+fn plain_envelope<'a>(text: &'a str, fields: &mut Fields<'a>) -> bool {
     plain_envelope_fields(text, fields).is_some()
 }
 
 /// [`plain_envelope`], with `?` for "not the usual envelope".
-fn plain_envelope_fields(text: &str, fields: &mut Fields) -> Option<()> {
+fn plain_envelope_fields<'a>(text: &'a str, fields: &mut Fields<'a>) -> Option<()> {
     let text = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
     let bytes = text.as_bytes();
     if bytes.first() != Some(&b'{') {
@@ -380,9 +449,7 @@ fn plain_envelope_fields(text: &str, fields: &mut Fields) -> Option<()> {
                 if fit.is_some() {
                     fields.payload_fit = fit;
                 }
-                let object = Some(ObjectField::Text(LazyObject::from_canonical(
-                    &text[at..at + len],
-                )));
+                let object = Some(ObjectField::Text(&text[at..at + len]));
                 at += len;
                 match key {
                     Key::Payload => fields.payload = object,
@@ -450,14 +517,14 @@ fn plain_integer(bytes: &[u8], at: usize) -> Option<(i64, usize)> {
 /// An envelope's fields, taken from a JSON object.
 #[derive(Default)]
 #[cfg_attr(test, derive(Debug, PartialEq))]
-struct Fields {
+struct Fields<'a> {
     kind: SmallString,
     id: Option<Scalar>,
     timestamp: Option<Scalar>,
     source: Option<Scalar>,
     correlation_id: Option<Scalar>,
-    metadata: Option<ObjectField>,
-    payload: Option<ObjectField>,
+    metadata: Option<ObjectField<'a>>,
+    payload: Option<ObjectField<'a>>,
     /// Every other field, in the producer's order (rare: boxed, as the other large
     /// parts, so that the fields of the usual envelope stay small to move).
     rest: Option<Box<Object>>,
@@ -469,12 +536,13 @@ struct Fields {
 /// An envelope's `payload` or `metadata`: an object kept as its text, or any value as a
 /// tree.
 #[cfg_attr(test, derive(Debug))]
-enum ObjectField {
-    Text(LazyObject),
+enum ObjectField<'a> {
+    /// Canonical text (see [`LazyObject`]), in the envelope's text.
+    Text(&'a str),
     Tree(Box<Value>),
 }
 
-impl ObjectField {
+impl ObjectField<'_> {
     fn tree(value: Value) -> Self {
         ObjectField::Tree(Box::new(value))
     }
@@ -511,7 +579,7 @@ impl From<Scalar> for Value {
 
 /// A top-level JSON object read as an envelope's fields: `None` when its `type` is not a
 /// string (then it is not an envelope).
-struct TopLevel(Option<Fields>);
+struct TopLevel<'a>(Option<Fields<'a>>);
 
 /// An envelope field name, recognized without allocating.
 enum Key {
@@ -556,18 +624,20 @@ impl<'de> serde::Deserialize<'de> for Key {
     }
 }
 
-impl<'de> serde::Deserialize<'de> for TopLevel {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<TopLevel, D::Error> {
+impl<'de> serde::Deserialize<'de> for TopLevel<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<TopLevel<'de>, D::Error> {
         struct TopVisitor;
         impl<'de> serde::de::Visitor<'de> for TopVisitor {
-            type Value = TopLevel;
+            type Value = TopLevel<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> Result<TopLevel, A::Error> {
+            ) -> Result<TopLevel<'de>, A::Error> {
                 // As when parsing into a `Value`: a repeated field's last value wins.
                 let mut kind = None;
                 let mut fields = Fields {
@@ -585,13 +655,14 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                     if let Key::Payload | Key::Metadata = key {
                         // Kept as text when it can be (most pass unread); any other value
                         // is read as the general path reads it.
-                        let raw: &RawValue = map.next_value()?;
-                        let field = Some(match LazyObject::from_json(raw.get()) {
-                            Some(lazy) => ObjectField::Text(lazy),
-                            None => ObjectField::tree(
+                        let raw: &'de RawValue = map.next_value()?;
+                        let field = Some(if is_canonical_object(raw.get()) {
+                            ObjectField::Text(raw.get())
+                        } else {
+                            ObjectField::tree(
                                 serde_json::from_str(raw.get())
                                     .map_err(serde::de::Error::custom)?,
-                            ),
+                            )
                         });
                         match key {
                             Key::Payload => fields.payload = field,
@@ -699,10 +770,10 @@ pub fn object_or_report(
 
 /// In tests: the same variant, and the same text (a kept one) or tree.
 #[cfg(test)]
-impl PartialEq for ObjectField {
+impl PartialEq for ObjectField<'_> {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (ObjectField::Text(a), ObjectField::Text(b)) => a.raw_json() == b.raw_json(),
+            (ObjectField::Text(a), ObjectField::Text(b)) => a == b,
             (ObjectField::Tree(a), ObjectField::Tree(b)) => a == b,
             _ => false,
         }
@@ -716,11 +787,11 @@ mod tests {
 
     #[test]
     fn the_one_pass_reading_agrees_with_the_general_one() {
-        let general = |text: &str| {
+        fn general(text: &str) -> Option<Fields<'_>> {
             serde_json::from_str::<TopLevel>(text)
                 .ok()
                 .and_then(|t| t.0)
-        };
+        }
         // Read in one pass, as the general reading reads them.
         for text in [
             r#"{"type":"text_delta","source":"loadgen","payload":{"agentId":"a","content":"token 1","index":1},"metadata":{"t0":17}}"#,

@@ -537,8 +537,8 @@ fn fits_value(kind: Kind, value: &str) -> bool {
     }
 }
 
-/// What [`repair_text`] made of a payload kept as canonical text.
-enum TextRepair {
+/// What [`repair_on_text`] made of a payload kept as canonical text.
+pub(crate) enum TextRepair {
     /// It is valid as it is.
     Fits,
     /// Repaired on the text, exactly as [`repair`] repairs the tree: the payload's new
@@ -564,7 +564,7 @@ enum TextRepair {
 fn repair_text(
     fit: &Fit,
     raw: &str,
-    signal: &Signal,
+    envelope: Envelope<'_>,
     metadata: Option<Option<&str>>,
 ) -> TextRepair {
     if fit.fits() {
@@ -576,14 +576,13 @@ fn repair_text(
     let text = |m: &Member| &raw[m.from as usize..m.to as usize];
     // What the envelope fills in: `taskId` from `correlationId`, a required `agentId` from
     // `source` (as JSON strings).
-    let task = signal
+    let task = envelope
         .correlation_id
-        .as_deref()
         .filter(|_| fit.absent("taskId", false).is_some())
         .map(json_string);
     let agent = fit
         .absent("agentId", true)
-        .map(|_| json_string(&signal.source));
+        .map(|_| json_string(envelope.source));
     // What `check` would say of the payload then: its first field, in the type's order,
     // missing or not valid (no field it does not allow is left).
     let filled = |name: &str| match name {
@@ -838,6 +837,42 @@ pub fn repair(signal: &mut Signal) -> bool {
     repair_fitted(signal, None)
 }
 
+/// The parts of an envelope besides its payload that a repair on the text reads.
+#[derive(Clone, Copy)]
+pub(crate) struct Envelope<'a> {
+    /// The signal's type.
+    pub kind: &'a str,
+    /// Its `correlationId`, which a missing `taskId` is filled from.
+    pub correlation_id: Option<&'a str>,
+    /// Its `source`, which a missing required `agentId` is filled from.
+    pub source: &'a str,
+}
+
+/// [`repair`] on a payload's canonical text `raw`, before the signal is made (so that a
+/// payload or metadata that is repaired is written once, not copied first): `Fits` for a
+/// payload that needs nothing (or of a type that is not well known), `Tree` when the
+/// repair needs the tree. `fit` is the payload's [`Fit`] when the reader of the envelope
+/// made it in its pass; `metadata` the envelope's metadata text (`Some(None)`: it has
+/// none; `None`: it is not kept as text).
+pub(crate) fn repair_on_text(
+    envelope: Envelope<'_>,
+    fit: Option<Fit>,
+    raw: &str,
+    metadata: Option<Option<&str>>,
+) -> TextRepair {
+    let fit = match fit {
+        Some(fit) => Some(fit),
+        None => match spec(envelope.kind) {
+            Some(fields) => Fit::scan(fields, raw),
+            None => return TextRepair::Fits,
+        },
+    };
+    match &fit {
+        Some(fit) => repair_text(fit, raw, envelope, metadata),
+        None => TextRepair::Tree,
+    }
+}
+
 /// [`repair`], given the [`Fit`] of the signal's payload text when the reader of the
 /// envelope made it in its pass.
 pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
@@ -851,19 +886,16 @@ pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
     // A payload kept as text is checked, and repaired, on its text: it is not built as a
     // tree, and stays text for every writer downstream.
     if let Some(raw) = signal.payload.raw_json() {
-        let fit = match fit {
-            Some(fit) => Some(fit),
-            None => Fit::scan(fields, raw),
-        };
         let metadata = match &signal.metadata {
             None => Some(None),
             Some(m) => m.raw_json().map(Some),
         };
-        let repaired = match &fit {
-            Some(fit) => repair_text(fit, raw, signal, metadata),
-            None => TextRepair::Tree,
+        let envelope = Envelope {
+            kind: &signal.kind,
+            correlation_id: signal.correlation_id.as_deref(),
+            source: &signal.source,
         };
-        match repaired {
+        match repair_on_text(envelope, fit, raw, metadata) {
             TextRepair::Fits => return false,
             TextRepair::Repaired {
                 payload,
@@ -875,7 +907,7 @@ pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
                     signal.metadata = Some(LazyObject::from_canonical_string(metadata));
                 }
                 if invalid {
-                    signal.kind = SmallString::concat(&["invalid.", &signal.kind]);
+                    signal.kind = invalid_kind(&signal.kind);
                 }
                 return true;
             }
@@ -921,12 +953,17 @@ pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
         }
     }
     if let Err(reason) = check(&signal.kind, &signal.payload) {
-        signal.kind = SmallString::concat(&["invalid.", &signal.kind]);
+        signal.kind = invalid_kind(&signal.kind);
         signal
             .metadata_mut()
             .insert("invalid".into(), Value::String(reason.to_string()));
     }
     true
+}
+
+/// The type a signal of type `kind` gets when it cannot be made valid.
+pub(crate) fn invalid_kind(kind: &str) -> SmallString {
+    SmallString::concat(&["invalid.", kind])
 }
 
 #[cfg(test)]
