@@ -19,7 +19,7 @@
 //! meanwhile, as long as it comes back within the window.
 
 use std::collections::VecDeque;
-use std::ops::Deref;
+use std::ops::{Deref, Range};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -61,15 +61,24 @@ impl Format {
 pub struct Frame {
     /// The per-output sequence number (1, 2, …).
     pub seq: u64,
-    /// The signal's type: where it stands in `sajou`, or its own text when it needed
-    /// escapes there.
+    /// The signal's type: where it stands in the sajou text, or its own text when it
+    /// needed escapes there.
     kind: Kind,
     timestamp: i64,
-    sajou: Utf8Bytes,
-    /// Where the payload's JSON starts in `sajou` (it is the last field, up to the closing
-    /// brace): the Escapement form reuses it.
+    /// Where the sajou text lies in its block's text.
+    sajou: Range<usize>,
+    /// Where the payload's JSON starts in the sajou text (it is the last field, up to the
+    /// closing brace): the Escapement form reuses it.
     payload_at: usize,
     escapement: OnceLock<Utf8Bytes>,
+}
+
+/// Frames serialized together: their sajou texts, one after the other in one buffer
+/// (shared by every frame of the block, not counted for each), and what each keeps.
+#[derive(Debug)]
+struct FrameBlock {
+    text: Utf8Bytes,
+    frames: Vec<Frame>,
 }
 
 /// Where a frame keeps its signal's type.
@@ -96,18 +105,23 @@ const FRAME_TREE_BYTES: usize = 128;
 /// A published frame, as the ring and the clients' queues hold it: a share of the block
 /// of frames it was serialized with (see [`frames`]).
 ///
-/// Sixteen bytes (a thin pointer and an index), as a client's queue may hold many.
+/// Sixteen bytes (a thin pointer, an index and the length of the frame's text), as a
+/// client's queue may hold many.
 #[derive(Debug, Clone)]
 pub struct FrameRef {
-    block: Arc<Vec<Frame>>,
+    block: Arc<FrameBlock>,
     index: u32,
+    /// The length of the frame's sajou text (saturated at `u32::MAX`), kept here so that
+    /// the ring counts the bytes of a frame it lets go without reading the frame (by then
+    /// long out of the caches).
+    len: u32,
 }
 
 impl Deref for FrameRef {
     type Target = Frame;
 
     fn deref(&self) -> &Frame {
-        &self.block[self.index as usize]
+        &self.block.frames[self.index as usize]
     }
 }
 
@@ -178,36 +192,32 @@ impl Block {
         if self.parts.is_empty() {
             return;
         }
-        let text = std::mem::take(&mut self.text);
-        let bytes = Bytes::from(text.into_bytes());
         let mut from = 0;
-        let block: Arc<Vec<Frame>> = Arc::new(
-            self.parts
-                .drain(..)
-                .map(|part| {
-                    let span = from..part.end;
-                    from = part.end;
-                    // Each frame's text is a whole JSON text written into a `String`: valid
-                    // UTF-8 (checked again, as a shared slice cannot say so).
-                    let sajou =
-                        Utf8Bytes::try_from(bytes.slice(span.clone())).unwrap_or_else(|_| {
-                            Utf8Bytes::from(String::from_utf8_lossy(&bytes[span]).into_owned())
-                        });
-                    Frame {
-                        seq: part.seq,
-                        kind: part.kind,
-                        timestamp: part.timestamp,
-                        sajou,
-                        payload_at: part.payload_at,
-                        escapement: OnceLock::new(),
-                    }
-                })
-                .collect(),
-        );
+        let frames = self
+            .parts
+            .drain(..)
+            .map(|part| {
+                let sajou = from..part.end;
+                from = part.end;
+                Frame {
+                    seq: part.seq,
+                    kind: part.kind,
+                    timestamp: part.timestamp,
+                    sajou,
+                    payload_at: part.payload_at,
+                    escapement: OnceLock::new(),
+                }
+            })
+            .collect();
+        let block = Arc::new(FrameBlock {
+            text: Utf8Bytes::from(std::mem::take(&mut self.text)),
+            frames,
+        });
         // A block has at most `BLOCK_FRAMES` frames.
-        out.extend((0..block.len() as u32).map(|index| FrameRef {
+        out.extend(block.frames.iter().zip(0..).map(|(frame, index)| FrameRef {
             block: Arc::clone(&block),
             index,
+            len: u32::try_from(frame.sajou.len()).unwrap_or(u32::MAX),
         }));
     }
 }
@@ -310,27 +320,38 @@ impl Part {
     }
 }
 
-impl Frame {
+impl FrameRef {
+    /// The frame's sajou text (a part of its block's).
+    fn sajou(&self) -> &str {
+        &self.block.text.as_str()[self.sajou.clone()]
+    }
+
     /// The signal's type.
     pub fn kind(&self) -> &str {
         match &self.kind {
-            Kind::InText(from, to) => &self.sajou.as_str()[*from as usize..*to as usize],
+            Kind::InText(from, to) => &self.sajou()[*from as usize..*to as usize],
             Kind::Own(kind) => kind,
         }
     }
 
-    /// The frame's text in `format`, serialized at most once per format.
+    /// The frame's text in `format`, serialized at most once per format (the sajou form
+    /// a share of its block's text).
     pub fn text(&self, format: Format) -> Utf8Bytes {
         match format {
-            Format::Sajou => self.sajou.clone(),
+            Format::Sajou => {
+                let shared = Bytes::from(self.block.text.clone()).slice(self.sajou.clone());
+                // A frame's text lies on character boundaries of its block's (checked again,
+                // as a shared slice cannot say so).
+                Utf8Bytes::try_from(shared).unwrap_or_else(|_| self.sajou().into())
+            }
             Format::Escapement => self.escapement().clone(),
         }
     }
 
-    /// [`Frame::text`], borrowed (to copy it into a socket's buffer).
+    /// [`FrameRef::text`], borrowed (to copy it into a socket's buffer).
     pub fn as_str(&self, format: Format) -> &str {
         match format {
-            Format::Sajou => self.sajou.as_str(),
+            Format::Sajou => self.sajou(),
             Format::Escapement => self.escapement().as_str(),
         }
     }
@@ -340,7 +361,7 @@ impl Frame {
         self.escapement.get_or_init(|| {
             // `{"kind":"event","seq","ts","event","data"}`, the payload's text taken from
             // the sajou form.
-            let sajou = self.sajou.as_str();
+            let sajou = self.sajou();
             let payload = &sajou[self.payload_at..sajou.len() - 1];
             let kind = self.kind();
             let mut out = String::with_capacity(payload.len() + 64 + kind.len());
@@ -482,7 +503,7 @@ impl TypeFilter {
     }
 
     /// Whether `frame` passes (its type is read only when the filter names types).
-    fn takes(&self, frame: &Frame) -> bool {
+    fn takes(&self, frame: &FrameRef) -> bool {
         match self {
             TypeFilter::All => true,
             TypeFilter::Nothing => false,
@@ -807,11 +828,17 @@ impl HubInner {
             let Some(frame) = self.ring.pop_front() else {
                 break;
             };
-            self.ring_bytes -= frame.sajou.len();
+            self.ring_bytes -= frame.len as usize;
             evicted.push(frame);
-            let next = self.ring.front().map_or(u64::MAX, |f| f.seq);
-            while self.marks.get(1).is_some_and(|mark| mark.seq <= next) {
-                self.marks.pop_front();
+            // Marks are kept with a window, where every batch goes to the ring whole: its
+            // frames are the seqs up to the newest, one after the other, and the first one
+            // is found without reading it.
+            if self.marks.len() > 1 {
+                let next = self.published + 1 - self.ring.len() as u64;
+                debug_assert_eq!(self.ring.front().map(|f| f.seq), Some(next));
+                while self.marks.get(1).is_some_and(|mark| mark.seq <= next) {
+                    self.marks.pop_front();
+                }
             }
         }
         early
@@ -924,7 +951,7 @@ impl Hub {
                 Some(_) => 0,
             };
             for frame in frames.drain(skip..) {
-                inner.ring_bytes += frame.sajou.len();
+                inner.ring_bytes += frame.len as usize;
                 inner.ring.push_back(frame);
             }
             early = inner.trim(self.ring, now, &mut evicted);
@@ -1181,11 +1208,15 @@ mod tests {
                 assert_eq!(made.text(format), alone.text(format), "{i}");
             }
         }
-        assert!(together.iter().all(|f| f.block.len() <= BLOCK_FRAMES));
+        assert!(
+            together
+                .iter()
+                .all(|f| f.block.frames.len() <= BLOCK_FRAMES)
+        );
         assert_eq!(std::mem::size_of::<FrameRef>(), 16);
         assert!(Arc::ptr_eq(&together[0].block, &together[1].block));
         // The large frame keeps no small one alive, nor they it.
-        assert_eq!(together[20].block.len(), 1);
+        assert_eq!(together[20].block.frames.len(), 1);
         assert!(!Arc::ptr_eq(&together[19].block, &together[21].block));
     }
 
