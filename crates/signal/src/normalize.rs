@@ -961,6 +961,12 @@ mod tests {
             r#"{"type":"agent_state_change","id":"i","timestamp":1,"payload":{"agentId":"a","from":"idle","to":"asleep"}}"#,
             r#"{"type":"token_usage","id":"i","timestamp":1,"payload":{"agentId":"a","promptTokens":1.5,"completionTokens":2,"cost":0.25}}"#,
             r#"{"type":"error","id":"i","timestamp":1,"correlationId":"c","payload":{}}"#,
+            // Repaired on the text with a check made after the pass (the payload came
+            // first), on the tree (the metadata has `extra` already), and with fields
+            // for `metadata.unknown`.
+            r#"{"payload":{"agentId":"a","text":"hi"},"type":"text_delta","id":"i","timestamp":1,"metadata":{"t0":3}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","content":"hi","seq":1},"metadata":{"extra":{"y":2},"t0":3}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"zeta":1,"payload":{"agentId":"a","content":"hi","seq":1},"metadata":{"t0":3}}"#,
         ];
         for text in cases {
             let slow = n()
