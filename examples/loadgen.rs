@@ -457,18 +457,7 @@ impl Server {
 
     /// CPU time the server has used so far (user and system), in seconds.
     fn cpu_seconds(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
-        let ticks = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
-        // Linux reports both in clock ticks of 1/100 s.
-        ticks(14)
-            .zip(ticks(15))
-            .map_or(0.0, |(u, s)| (u + s) / 100.0)
+        cpu_seconds_of(self.child.id())
     }
 
     /// Peak resident memory in MB.
@@ -489,6 +478,21 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// CPU time process `pid` has used so far (user and system), in seconds.
+fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
+    // Linux reports both in clock ticks of 1/100 s.
+    ticks(14)
+        .zip(ticks(15))
+        .map_or(0.0, |(u, s)| (u + s) / 100.0)
 }
 
 fn now_ns() -> u64 {
@@ -679,6 +683,8 @@ struct Row {
     peak_mb: f64,
     /// The server's CPU time per signal during the throughput run, in microseconds.
     cpu_us: f64,
+    /// The generator's own (this process's: its senders and subscribers), the same way.
+    generator_us: f64,
 }
 
 async fn measure(
@@ -692,6 +698,7 @@ async fn measure(
     // Throughput: everything at full speed.
     let handles = subscribe(server.port, subs, o.signals).await;
     let cpu_before = server.cpu_seconds();
+    let generator_before = cpu_seconds_of(std::process::id());
     let sending = publish(
         shape,
         server.port,
@@ -708,6 +715,8 @@ async fn measure(
     }
     let elapsed = sending.started.elapsed().as_secs_f64();
     let cpu_us = (server.cpu_seconds() - cpu_before) * 1e6 / o.signals as f64;
+    let generator_us =
+        (cpu_seconds_of(std::process::id()) - generator_before) * 1e6 / o.signals as f64;
     sending.close();
     // Latency: paced, `--paced` signals, else a tenth of the signals, at least 2000 and at
     // most 20 seconds' worth (at `--rate`, the paced run takes its count divided by the
@@ -740,6 +749,7 @@ async fn measure(
         p999: percentile(&latencies, 0.999),
         peak_mb: server.peak_mb(),
         cpu_us,
+        generator_us,
     }
 }
 
@@ -768,9 +778,9 @@ async fn main() {
         if o.via_post { "POST" } else { "WebSocket" }
     );
     println!(
-        "| shape | target | subscribers | signals/s (each subscriber) | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB | server CPU µs/signal |"
+        "| shape | target | subscribers | signals/s (each subscriber) | delivered | p50 ms | p99 ms | p999 ms | peak RSS MB | server CPU µs/signal | generator CPU µs/signal |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let node_red = o.node_red.clone().filter(|path| {
         let found = std::path::Path::new(path).exists();
         if !found {
@@ -838,7 +848,7 @@ async fn main() {
                 format!("{:.3}", median(|r| r.p99))
             };
             println!(
-                "| {} | {target} | {subs} | {:.0} | {:.1}% | {:.3} | {p99} | {:.3} | {:.1} | {:.2} |",
+                "| {} | {target} | {subs} | {:.0} | {:.1}% | {:.3} | {p99} | {:.3} | {:.1} | {:.2} | {:.2} |",
                 shape.name(),
                 median(|r| r.throughput),
                 median(|r| r.delivered) * 100.0,
@@ -846,6 +856,7 @@ async fn main() {
                 median(|r| r.p999),
                 median(|r| r.peak_mb),
                 median(|r| r.cpu_us),
+                median(|r| r.generator_us),
             );
         }
         for ((target, ratio), paired) in targets.iter().zip(&ratios).zip(&paired).skip(1) {
@@ -860,7 +871,7 @@ async fn main() {
                 String::new()
             };
             println!(
-                "| {} | {target} / relay | {subs} | {ratio:.2}×{rounds} | | | | | | |",
+                "| {} | {target} / relay | {subs} | {ratio:.2}×{rounds} | | | | | | | |",
                 shape.name()
             );
         }
