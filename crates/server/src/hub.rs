@@ -54,9 +54,10 @@ impl Format {
 
 /// One published signal with its sequence number and its serialized forms.
 ///
-/// A frame keeps the wire form and the little the hub needs (the type for clients'
-/// filters, the timestamp for the Escapement form), not the signal: the signal's tree is
-/// freed once serialized, and the ring holds bytes.
+/// A frame keeps where its wire form lies in its block's text, and the little the hub
+/// needs (the type for clients' filters, the timestamp for the Escapement form), not the
+/// signal: the signal's tree is freed once serialized, and the ring holds bytes. Its
+/// texts are read through its [`FrameRef`].
 #[derive(Debug)]
 pub struct Frame {
     /// The per-output sequence number (1, 2, …).
