@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use midir::{MidiInput, MidiInputConnection};
+use patchbay_graph::HealthState;
 use patchbay_signal::now_ms;
 use tokio::sync::mpsc;
 use tokio::time::{Interval, MissedTickBehavior};
@@ -71,8 +72,8 @@ pub(crate) enum Status {
     Connected(String),
     /// Still connected to this port.
     Still(String),
-    /// No port matches yet (the text says what is waited for and what exists).
-    Waiting(String),
+    /// No port matches (what is waited for, and whether a port was connected before).
+    Waiting(Absent),
     /// The connected port disappeared; the connection is closed.
     Lost(String),
     /// The MIDI system cannot be reached (the connection, if any, is closed).
@@ -86,9 +87,36 @@ impl Status {
     pub(crate) fn detail(&self, pattern: &str) -> String {
         match self {
             Status::Connected(port) | Status::Still(port) => format!("connected to {port}"),
-            Status::Waiting(text) => text.clone(),
+            Status::Waiting(absent) => absent.detail().to_owned(),
             Status::Lost(port) => lost_detail(port, pattern, None),
             Status::NoSystem(err) | Status::OpenFailed(err) => err.to_string(),
+        }
+    }
+}
+
+/// Why a watch has no port: none matching has appeared yet, or the one it had disappeared.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Absent {
+    /// No matching port since the start: the device is not plugged in yet, which is no
+    /// fault (`waiting`). The text says what is waited for and what exists.
+    NotYet(String),
+    /// The port that was connected disappeared and has not returned (`recovering`).
+    Gone(String),
+}
+
+impl Absent {
+    /// The health detail.
+    pub(crate) fn detail(&self) -> &str {
+        match self {
+            Absent::NotYet(text) | Absent::Gone(text) => text,
+        }
+    }
+
+    /// The health state.
+    pub(crate) fn state(&self) -> HealthState {
+        match self {
+            Absent::NotYet(_) => HealthState::Waiting,
+            Absent::Gone(_) => HealthState::Recovering,
         }
     }
 }
@@ -184,12 +212,14 @@ impl<S, C> PortHold<S, C> {
     }
 
     /// What is waited for when no port of `names` matches `matcher`.
-    pub(crate) fn waiting(&self, names: &[String], matcher: &PortMatcher) -> String {
+    pub(crate) fn waiting(&self, names: &[String], matcher: &PortMatcher) -> Absent {
         let available = available(names, matcher);
         let pattern = matcher.pattern();
         match &self.lost {
-            Some(lost) => lost_detail(lost, pattern, Some(&available)),
-            None => format!("waiting for a port matching `{pattern}` (available: {available})"),
+            Some(lost) => Absent::Gone(lost_detail(lost, pattern, Some(&available))),
+            None => Absent::NotYet(format!(
+                "waiting for a port matching `{pattern}` (available: {available})"
+            )),
         }
     }
 }

@@ -12,7 +12,7 @@ use patchbay_graph::{
 use serde::Deserialize;
 use tokio::time::MissedTickBehavior;
 
-use crate::input::{Gone, PortHold, lost_detail};
+use crate::input::{Absent, Gone, PortHold, lost_detail};
 use crate::session::{Held, Session, with_session};
 use crate::source::{check_common, default_client_name, default_rescan_ms};
 use crate::system::{self, MidiError};
@@ -92,8 +92,8 @@ struct MidiOut {
 enum OutStatus {
     /// Connected (or the virtual port exists); the text names the port.
     Ready(String),
-    /// Not connected; the text says what is waited for.
-    Waiting(String),
+    /// Not connected: what is waited for.
+    Waiting(Absent),
     /// The port disappeared.
     Lost(String),
     /// The MIDI system cannot be reached, or opening failed.
@@ -373,7 +373,7 @@ impl Output for MidiOut {
 fn report(cx: &OutputContext, status: &OutStatus, pattern: &str, last: &mut Option<String>) {
     let (state, detail) = match status {
         OutStatus::Ready(port) => (HealthState::Ok, format!("sending to {port}")),
-        OutStatus::Waiting(text) => (HealthState::Recovering, text.clone()),
+        OutStatus::Waiting(absent) => (absent.state(), absent.detail().to_owned()),
         OutStatus::Lost(port) => (HealthState::Recovering, lost_detail(port, pattern, None)),
         OutStatus::Error(err) => (HealthState::Recovering, err.to_string()),
     };

@@ -181,7 +181,10 @@ impl Health {
         let changed = self.last.as_deref() != Some(detail.as_str());
         let state = match status {
             Status::Connected(_) | Status::Still(_) => HealthState::Ok,
-            _ => HealthState::Recovering,
+            Status::Waiting(absent) => absent.state(),
+            Status::Lost(_) | Status::NoSystem(_) | Status::OpenFailed(_) => {
+                HealthState::Recovering
+            }
         };
         if changed {
             match status {

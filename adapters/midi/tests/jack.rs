@@ -56,12 +56,23 @@ type = "midi"
 port = "ctl:pad"
 rescan_ms = 50
 
+[sources.unplugged_pads]
+type = "midi"
+port = "nothing-plugged-in"
+rescan_ms = 50
+
 [sources.inject]
 type = "inject"
 
 [outputs.probe]
 type = "probe"
-inputs = ["pads"]
+inputs = ["pads", "unplugged_pads"]
+
+[outputs.unplugged_leds]
+type = "midi"
+port = "nothing-plugged-in"
+inputs = ["inject"]
+rescan_ms = 50
 
 [outputs.leds]
 type = "midi"
@@ -226,6 +237,14 @@ fn midi_source_and_output_on_jack() {
 
     // A pad press reaches the graph as midi.note_on with the port name.
     wait_state("pads", HealthState::Ok, "connected to ctl:pad");
+    // A device that was never plugged in is waited for, which is no fault.
+    for unplugged in ["unplugged_pads", "unplugged_leds"] {
+        wait_state(
+            unplugged,
+            HealthState::Waiting,
+            "waiting for a port matching `nothing-plugged-in`",
+        );
+    }
     let note = note_reaches_patchbay(&mut controller, &probe_rx, 36);
     assert_eq!(note.source, "midi:pads");
     assert_eq!(note.payload["channel"], 1);
