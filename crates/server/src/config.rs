@@ -35,10 +35,11 @@ pub struct SidecarConfig {
     /// (one day).
     #[serde(default = "default_resume_window_ms")]
     pub resume_window_ms: u64,
-    /// The most text the ring may hold, in bytes (from 65536 to 68719476736, 64 GiB).
-    /// Past it the oldest signals go even when `ring` or `resume_window_ms` would keep
-    /// them: counted (`ring_evicted_early`) and logged, and a client that resumes from
-    /// one of them is told in a `gap` frame.
+    /// The most memory the ring may hold, in bytes (from 65536 to 68719476736, 64 GiB):
+    /// its signals' text and about 110 bytes of bookkeeping each. Past it the oldest
+    /// signals go even when `ring` or `resume_window_ms` would keep them: counted
+    /// (`ring_evicted_early`) and logged, and a client that resumes from one of them is
+    /// told in a `gap` frame.
     #[serde(default = "default_ring_max_bytes")]
     pub ring_max_bytes: usize,
     /// How many frames each client may have waiting. When a client's queue is full, its

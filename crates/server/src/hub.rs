@@ -118,6 +118,19 @@ pub struct FrameRef {
     len: u32,
 }
 
+/// What a frame in the ring holds besides its text: its [`Frame`] in its block and its
+/// reference in the ring.
+const FRAME_BOOKKEEPING: usize = std::mem::size_of::<Frame>() + std::mem::size_of::<FrameRef>();
+
+impl FrameRef {
+    /// The memory the ring counts for this frame: its text and [`FRAME_BOOKKEEPING`]
+    /// (at a burst's rates the bookkeeping is a third of a short frame's memory, which
+    /// `ring_max_bytes` bounds too). Found without reading the frame.
+    fn cost(&self) -> usize {
+        self.len as usize + FRAME_BOOKKEEPING
+    }
+}
+
 impl Deref for FrameRef {
     type Target = Frame;
 
@@ -711,9 +724,10 @@ pub struct RingLimits {
     /// Every frame published less than this long ago is kept too (a lossless sidecar's
     /// `resume_window_ms`; zero: the count alone).
     pub window: Duration,
-    /// The most text the ring keeps (`ring_max_bytes`): past it the oldest frames go
-    /// even when the count or the window would keep them, and are counted
-    /// (`ring_evicted_early`). The newest frame is always kept.
+    /// The most memory the ring keeps (`ring_max_bytes`: its frames' text and
+    /// bookkeeping, see [`FrameRef::cost`]): past it the oldest frames go even when the
+    /// count or the window would keep them, and are counted (`ring_evicted_early`). The
+    /// newest frame is always kept.
     pub max_bytes: usize,
 }
 
@@ -753,7 +767,8 @@ pub struct Hub {
 #[derive(Debug, Default)]
 struct HubInner {
     ring: VecDeque<FrameRef>,
-    /// The bytes of text of the frames in the ring.
+    /// The memory of the frames in the ring: their text and their bookkeeping
+    /// ([`FrameRef::cost`]).
     ring_bytes: usize,
     /// When frames were published, for the window (only kept when there is one): the
     /// frames from a mark's `seq` up to the next mark's were published at its `at` or
@@ -829,7 +844,7 @@ impl HubInner {
             let Some(frame) = self.ring.pop_front() else {
                 break;
             };
-            self.ring_bytes -= frame.len as usize;
+            self.ring_bytes -= frame.cost();
             evicted.push(frame);
             // Marks are kept with a window, where every batch goes to the ring whole: its
             // frames are the seqs up to the newest, one after the other, and the first one
@@ -952,7 +967,7 @@ impl Hub {
                 Some(_) => 0,
             };
             for frame in frames.drain(skip..) {
-                inner.ring_bytes += frame.len as usize;
+                inner.ring_bytes += frame.cost();
                 inner.ring.push_back(frame);
             }
             early = inner.trim(self.ring, now, &mut evicted);
@@ -1512,9 +1527,14 @@ mod tests {
     }
 
     #[test]
-    fn the_ring_text_bound_lets_the_oldest_go_and_counts_what_the_window_would_keep() {
+    fn the_ring_memory_bound_lets_the_oldest_go_and_counts_what_the_window_would_keep() {
         // Seqs of two digits: frames of one length. Room for ten of them.
-        let one = frame(10, sig("a")).sajou.len();
+        let one = frame(10, sig("a")).sajou.len() + FRAME_BOOKKEEPING;
+        // What `ring_max_bytes`'s documentation says a frame's bookkeeping is.
+        assert!(
+            (100..=120).contains(&FRAME_BOOKKEEPING),
+            "{FRAME_BOOKKEEPING}"
+        );
         let h = windowed(10 * one);
         let start = Instant::now();
         publish_at(&h, 10..=34, start);
