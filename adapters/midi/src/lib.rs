@@ -19,8 +19,8 @@
 //!   ([`MidiOutputConfig`]). Both follow their port across hot-plug: the
 //!   port list is polled every `rescan_ms`, a port that was never there sets health
 //!   `waiting` (no fault: the device is not plugged in yet), a vanished port `recovering`,
-//!   and a matching port that appears or returns is opened without a restart. With no MIDI system at
-//!   all they stay `recovering`, say why in health, and keep trying.
+//!   and a matching port that appears or returns is opened without a restart. With no
+//!   MIDI system at all they stay `recovering`, say why in health, and keep trying.
 //! - [`list_ports`], [`monitor`] and [`learn`]: `patchbay midi list|monitor|learn`.
 //!
 //! # Signals

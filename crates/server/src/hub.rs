@@ -725,7 +725,7 @@ pub struct RingLimits {
     /// `resume_window_ms`; zero: the count alone).
     pub window: Duration,
     /// The most memory the ring keeps (`ring_max_bytes`: its frames' text and
-    /// bookkeeping, see [`FrameRef::cost`]): past it the oldest frames go even when the
+    /// bookkeeping): past it the oldest frames go even when the
     /// count or the window would keep them, and are counted (`ring_evicted_early`). The
     /// newest frame is always kept.
     pub max_bytes: usize,
