@@ -40,7 +40,7 @@ mod properties;
 #[cfg(test)]
 mod testing;
 
-use patchbay_graph::{Adapter, ComponentType, Diagnostic, Options, Role, options_of};
+use patchbay_graph::{Adapter, ComponentType, Diagnostic, Options, options_of};
 
 pub use coalesce::{Coalesce, CoalesceConfig};
 pub use condition::Condition;
@@ -56,71 +56,67 @@ pub use throttle::{EmitMode, Throttle, ThrottleConfig};
 pub use when::{When, WhenConfig};
 
 /// The built-in filters, described for the registry and `patchbay components`.
-pub const ADAPTER: Adapter = Adapter {
-    name: "filters",
-    protocol: "filters",
-    summary: "built-in filters: rate limits, sampling, change detection, conditions, mapping, \
-              routing, deduplication, merging of deltas, debouncing",
-    components: &[
-        ComponentType {
-            name: "throttle",
-            summary: "at most one signal per key per interval (first, last or both)",
-            role: Role::Filter(build::<ThrottleConfig>),
-            options: options_of::<ThrottleConfig>,
-        },
-        ComponentType {
-            name: "sample",
-            summary: "keep a fraction of the signals, or one in N, per key",
-            role: Role::Filter(build::<SampleConfig>),
-            options: options_of::<SampleConfig>,
-        },
-        ComponentType {
-            name: "delta",
-            summary: "pass a signal only when a value changed (by at least a threshold)",
-            role: Role::Filter(build::<DeltaConfig>),
-            options: options_of::<DeltaConfig>,
-        },
-        ComponentType {
-            name: "when",
-            summary: "pass the signals a condition (operators or jq) holds for",
-            role: Role::Filter(when::build),
-            options: options_of::<WhenConfig>,
-        },
-        ComponentType {
-            name: "map",
-            summary: "rewrite signals: set, rename, scale, retype, or a jq expression",
-            role: Role::Filter(map::build),
-            options: options_of::<MapConfig>,
-        },
-        ComponentType {
-            name: "route",
-            summary: "named branches by condition, each its own output `NAME.<branch>`",
-            role: Role::Filter(route::build),
-            options: options_of::<RouteConfig>,
-        },
-        ComponentType {
-            name: "dedupe",
-            summary: "drop a signal whose fields were seen recently",
-            role: Role::Filter(build::<DedupeConfig>),
-            options: options_of::<DedupeConfig>,
-        },
-        ComponentType {
-            name: "coalesce",
-            summary: "merge runs of streaming deltas into one signal per window",
-            role: Role::Filter(build::<CoalesceConfig>),
-            options: options_of::<CoalesceConfig>,
-        },
-        ComponentType {
-            name: "debounce",
-            summary: "per key, the last signal once the key has been quiet",
-            role: Role::Filter(build::<DebounceConfig>),
-            options: options_of::<DebounceConfig>,
-        },
+pub const ADAPTER: Adapter = Adapter::new(
+    "filters",
+    "built-in filters: rate limits, sampling, change detection, conditions, mapping, \
+     routing, deduplication, merging of deltas, debouncing",
+    &[
+        ComponentType::filter(
+            "throttle",
+            "at most one signal per key per interval (first, last or both)",
+            build::<ThrottleConfig>,
+            options_of::<ThrottleConfig>,
+        ),
+        ComponentType::filter(
+            "sample",
+            "keep a fraction of the signals, or one in N, per key",
+            build::<SampleConfig>,
+            options_of::<SampleConfig>,
+        ),
+        ComponentType::filter(
+            "delta",
+            "pass a signal only when a value changed (by at least a threshold)",
+            build::<DeltaConfig>,
+            options_of::<DeltaConfig>,
+        ),
+        ComponentType::filter(
+            "when",
+            "pass the signals a condition (operators or jq) holds for",
+            when::build,
+            options_of::<WhenConfig>,
+        ),
+        ComponentType::filter(
+            "map",
+            "rewrite signals: set, rename, scale, retype, or a jq expression",
+            map::build,
+            options_of::<MapConfig>,
+        ),
+        ComponentType::filter(
+            "route",
+            "named branches by condition, each its own output `NAME.<branch>`",
+            route::build,
+            options_of::<RouteConfig>,
+        ),
+        ComponentType::filter(
+            "dedupe",
+            "drop a signal whose fields were seen recently",
+            build::<DedupeConfig>,
+            options_of::<DedupeConfig>,
+        ),
+        ComponentType::filter(
+            "coalesce",
+            "merge runs of streaming deltas into one signal per window",
+            build::<CoalesceConfig>,
+            options_of::<CoalesceConfig>,
+        ),
+        ComponentType::filter(
+            "debounce",
+            "per key, the last signal once the key has been quiet",
+            build::<DebounceConfig>,
+            options_of::<DebounceConfig>,
+        ),
     ],
-    parse: None,
-    wrap: None,
-    probes: &[],
-};
+);
 
 /// The `type` of the signal that clears the state of every keyed filter it goes through.
 pub const RESET: &str = "reset";
