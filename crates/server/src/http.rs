@@ -28,6 +28,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use crate::config::Settings;
 use crate::hub::{
     Format, FrameRef, Hub, Outgoing, Replay, Subscription, TypeFilter, cut_reason, gap_text,
+    lagged_text,
 };
 use crate::inbound::{body_to_signals, ui_frame_to_signal};
 use crate::websocket::{Incoming, Socket, Violation, close_code};
@@ -490,11 +491,12 @@ async fn ws_session(
                     for out in ready.drain(..) {
                         match out {
                             Outgoing::Frame(frame) => socket.queue_text(frame.as_str(format)),
-                            notice => {
-                                socket.queue_text(&notice.text(format));
-                                if let Outgoing::Cut(resume_from) = notice {
-                                    cut = Some(resume_from);
-                                }
+                            Outgoing::Lagged(resume_from) => {
+                                socket.queue_text(&lagged_text(resume_from));
+                            }
+                            Outgoing::Cut(resume_from) => {
+                                socket.queue_text(&lagged_text(resume_from));
+                                cut = Some(resume_from);
                             }
                         }
                     }
@@ -788,7 +790,7 @@ impl SseStream {
             Some(seq) => Bytes::from(format!("id: {seq}\ndata: ")),
             None => Bytes::from_static(b"data: "),
         };
-        self.pending.push_back(Bytes::from(out.text(self.format)));
+        self.pending.push_back(out.bytes(self.format));
         self.pending.push_back(Bytes::from_static(b"\n\n"));
         Some(head)
     }

@@ -348,21 +348,16 @@ impl FrameRef {
         }
     }
 
-    /// The frame's text in `format`, serialized at most once per format (the sajou form
-    /// a share of its block's text).
-    pub fn text(&self, format: Format) -> Utf8Bytes {
+    /// The frame's text in `format` as shared bytes (the sajou form a share of its block's
+    /// text; the Escapement form serialized at most once), for a body that sends bytes.
+    pub fn bytes(&self, format: Format) -> Bytes {
         match format {
-            Format::Sajou => {
-                let shared = Bytes::from(self.block.text.clone()).slice(self.sajou.clone());
-                // A frame's text lies on character boundaries of its block's (checked again,
-                // as a shared slice cannot say so).
-                Utf8Bytes::try_from(shared).unwrap_or_else(|_| self.sajou().into())
-            }
-            Format::Escapement => self.escapement().clone(),
+            Format::Sajou => Bytes::from(self.block.text.clone()).slice(self.sajou.clone()),
+            Format::Escapement => Bytes::from(self.escapement().clone()),
         }
     }
 
-    /// [`FrameRef::text`], borrowed (to copy it into a socket's buffer).
+    /// The frame's text in `format`, borrowed (to copy it into a socket's buffer).
     pub fn as_str(&self, format: Format) -> &str {
         match format {
             Format::Sajou => self.sajou(),
@@ -550,11 +545,11 @@ pub enum Outgoing {
 }
 
 impl Outgoing {
-    /// The text to send in `format`.
-    pub fn text(&self, format: Format) -> Utf8Bytes {
+    /// The text to send in `format`, as shared bytes.
+    pub fn bytes(&self, format: Format) -> Bytes {
         match self {
-            Outgoing::Frame(f) => f.text(format),
-            Outgoing::Lagged(n) | Outgoing::Cut(n) => lagged_text(*n),
+            Outgoing::Frame(f) => f.bytes(format),
+            Outgoing::Lagged(n) | Outgoing::Cut(n) => Bytes::from(lagged_text(*n)),
         }
     }
 
@@ -1180,7 +1175,7 @@ mod tests {
             "metadata": {"t0": 1, "seq": 7},
             "payload": {"content": "a \"quoted\"\nline é", "agentId": "x", "index": 3},
         });
-        assert_eq!(f.text(Format::Sajou).as_str(), expected.to_string());
+        assert_eq!(f.as_str(Format::Sajou), expected.to_string());
         let expected = serde_json::json!({
             "kind": "event",
             "seq": 7,
@@ -1188,9 +1183,9 @@ mod tests {
             "event": "text_delta",
             "data": {"content": "a \"quoted\"\nline é", "agentId": "x", "index": 3},
         });
-        assert_eq!(f.text(Format::Escapement).as_str(), expected.to_string());
+        assert_eq!(f.as_str(Format::Escapement), expected.to_string());
         let bare = frame(1, Arc::new(Signal::new("a", "b", Object::new()).at(0)));
-        let v: serde_json::Value = serde_json::from_str(&bare.text(Format::Sajou)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(bare.as_str(Format::Sajou)).unwrap();
         assert_eq!(v["metadata"], serde_json::json!({"seq": 1}));
         assert!(v.get("correlationId").is_none());
     }
@@ -1221,7 +1216,7 @@ mod tests {
             assert_eq!(made.seq, 100 + i as u64);
             assert_eq!(made.kind(), signal.kind);
             for format in [Format::Sajou, Format::Escapement] {
-                assert_eq!(made.text(format), alone.text(format), "{i}");
+                assert_eq!(made.as_str(format), alone.as_str(format), "{i}");
             }
         }
         assert!(
@@ -1249,7 +1244,7 @@ mod tests {
         ] {
             let signal = Arc::new(normalizer.envelope_from_str(text).unwrap());
             let made = frame(18_000_000_000_000_000_000, Arc::clone(&signal));
-            let len = made.text(Format::Sajou).len();
+            let len = made.as_str(Format::Sajou).len();
             let room = Part::room(&signal);
             assert!(len <= room && room <= len + 60, "{len} {room} {text}");
         }
@@ -1262,10 +1257,10 @@ mod tests {
     #[test]
     fn frames_carry_seq_in_both_formats() {
         let f = frame(7, sig("a.b").clone());
-        let v: serde_json::Value = serde_json::from_str(&f.text(Format::Sajou)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(f.as_str(Format::Sajou)).unwrap();
         assert_eq!(v["metadata"]["seq"], 7);
         assert_eq!(v["type"], "a.b");
-        let e: serde_json::Value = serde_json::from_str(&f.text(Format::Escapement)).unwrap();
+        let e: serde_json::Value = serde_json::from_str(f.as_str(Format::Escapement)).unwrap();
         assert_eq!(
             e,
             serde_json::json!({"kind":"event","seq":7,"ts":5,"event":"a.b","data":{"x":1}})
@@ -1291,7 +1286,7 @@ mod tests {
             signal.metadata = Some(object! { text => text }.into());
             let f = frame(1, Arc::new(signal));
             let quoted = serde_json::to_string(text).unwrap();
-            let sajou = f.text(Format::Sajou);
+            let sajou = f.as_str(Format::Sajou);
             assert!(
                 sajou.starts_with(&format!(
                     "{{\"id\":{quoted},\"type\":{quoted},\"timestamp\":5,\"source\":{quoted},\"correlationId\":{quoted},"
@@ -1299,7 +1294,7 @@ mod tests {
                 "{sajou}"
             );
             assert!(
-                f.text(Format::Escapement)
+                f.as_str(Format::Escapement)
                     .contains(&format!("\"event\":{quoted},"))
             );
             assert!(
@@ -1326,7 +1321,7 @@ mod tests {
             let signal = normalizer.decode_text(&text).unwrap().into_signal();
             let signal = Arc::new(signal);
             let f = frame(7, Arc::clone(&signal));
-            let v: serde_json::Value = serde_json::from_str(&f.text(Format::Sajou)).unwrap();
+            let v: serde_json::Value = serde_json::from_str(f.as_str(Format::Sajou)).unwrap();
             assert_eq!(v["metadata"].to_string(), expected, "{metadata}");
             let kept = signal.metadata.as_ref().unwrap();
             assert_eq!(kept.is_parsed(), kept.raw_has_key("seq") != Some(false));
@@ -1337,8 +1332,8 @@ mod tests {
     fn escapement_form_is_serialized_lazily_and_once() {
         let f = frame(1, sig("a"));
         assert!(f.escapement.get().is_none());
-        let a = f.text(Format::Escapement);
-        let b = f.text(Format::Escapement);
+        let a = f.bytes(Format::Escapement);
+        let b = f.bytes(Format::Escapement);
         assert_eq!(a.as_ptr(), b.as_ptr(), "the same bytes are shared");
     }
 
