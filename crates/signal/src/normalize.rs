@@ -286,9 +286,7 @@ impl Normalizer {
             _ => None,
         }
         .filter(|_| unknown.is_empty() && rest.is_none());
-        // `repair`: the repair left to make on the signal (with the payload's fit, when the
-        // pass made one), `None` when it is made.
-        let (kind, metadata, payload, repair) = match texts {
+        let (kind, metadata, payload, left) = match texts {
             Some((raw, metadata)) => {
                 let envelope = well_known::Envelope {
                     kind: &kind,
@@ -297,9 +295,12 @@ impl Normalizer {
                 };
                 let kept = |text: Option<&str>| text.map(LazyObject::from_canonical);
                 match well_known::repair_on_text(envelope, payload_fit, raw, Some(metadata)) {
-                    TextRepair::Fits => {
-                        (kind, kept(metadata), LazyObject::from_canonical(raw), None)
-                    }
+                    TextRepair::Fits => (
+                        kind,
+                        kept(metadata),
+                        LazyObject::from_canonical(raw),
+                        Left::Nothing,
+                    ),
                     TextRepair::Repaired {
                         payload,
                         metadata: repaired,
@@ -314,20 +315,20 @@ impl Normalizer {
                             .map(LazyObject::from_canonical_string)
                             .or_else(|| kept(metadata)),
                         LazyObject::from_canonical_string(payload),
-                        None,
+                        Left::Nothing,
                     ),
                     // Rare (see `TextRepair::Tree`): the repair on the signal, below.
                     TextRepair::Tree => (
                         kind,
                         kept(metadata),
                         LazyObject::from_canonical(raw),
-                        Some(None),
+                        Left::Tree,
                     ),
                 }
             }
             None => {
                 let (metadata, payload) = Self::trees(metadata, payload, rest, unknown);
-                (kind, metadata, payload, Some(payload_fit))
+                (kind, metadata, payload, Left::Fitted(payload_fit))
             }
         };
         let mut signal = Signal {
@@ -339,8 +340,14 @@ impl Normalizer {
             metadata,
             payload,
         };
-        if let Some(fit) = repair {
-            well_known::repair_fitted(&mut signal, fit);
+        match left {
+            Left::Nothing => {}
+            Left::Fitted(fit) => {
+                well_known::repair_fitted(&mut signal, fit);
+            }
+            Left::Tree => {
+                well_known::repair_on_tree(&mut signal);
+            }
         }
         signal
     }
@@ -512,6 +519,20 @@ fn plain_integer(bytes: &[u8], at: usize) -> Option<(i64, usize)> {
         .iter()
         .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
     Some((if negative { -value } else { value }, from + len))
+}
+
+/// The repair left to make once an envelope's signal is made.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value on the stack, made and matched within one call"
+)]
+enum Left {
+    /// None: it was made on the text, or there was nothing to repair.
+    Nothing,
+    /// All of it, with the payload's [`Fit`] when the reader's pass made one.
+    Fitted(Option<Fit>),
+    /// On the tree: the repair on the text found it cannot be made there.
+    Tree,
 }
 
 /// An envelope's fields, taken from a JSON object.

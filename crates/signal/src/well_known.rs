@@ -914,6 +914,12 @@ pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
             TextRepair::Tree => {}
         }
     }
+    repair_tree(signal, fields)
+}
+
+/// [`repair`] on the payload's tree (built now if it is kept as text), for a signal of a
+/// well-known type whose payload allows `fields`: what a repair on the text cannot do.
+fn repair_tree(signal: &mut Signal, fields: &[Field]) -> bool {
     if check(&signal.kind, &signal.payload).is_ok() {
         return false;
     }
@@ -959,6 +965,12 @@ pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
             .insert("invalid".into(), Value::String(reason.to_string()));
     }
     true
+}
+
+/// [`repair_tree`] for a signal whose type is well known (`false`, nothing done, for any
+/// other).
+pub(crate) fn repair_on_tree(signal: &mut Signal) -> bool {
+    spec(&signal.kind).is_some_and(|fields| repair_tree(signal, fields))
 }
 
 /// The type a signal of type `kind` gets when it cannot be made valid.
