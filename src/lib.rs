@@ -120,7 +120,7 @@ enum Command {
         #[arg(long, default_value = "dot", value_parser = ["dot", "mermaid"])]
         format: String,
     },
-    /// Run the [[tests]] written in configs.
+    /// Run the `[[tests]]` written in configs.
     Test {
         /// Config files or directories.
         #[arg(required = true)]

@@ -20,7 +20,7 @@
 //!   a pending `ui.*.request` for `control.answer` (other types are refused and
 //!   counted); the decoded signals come out of `NAME.inbound`. Under `[sources.NAME]`
 //!   it only listens. The runtime's stderr goes to patchbay's log.
-//! - [`wrap`]: `patchbay wrap --protocol codelia -- COMMAND…` relays a UI's stdio to the
+//! - [`wrap()`]: `patchbay wrap --protocol codelia -- COMMAND…` relays a UI's stdio to the
 //!   runtime byte for byte and publishes what it decodes ([`WrapObserver`]) to a running
 //!   patchbay's `POST /signal`.
 //!
@@ -88,7 +88,7 @@ pub const ADAPTER: Adapter = Adapter::new(
 .parse(parse_decoder)
 .wrap(wrap_request);
 
-/// `patchbay wrap --protocol codelia`: [`wrap`] on the request (it has no `--name`).
+/// `patchbay wrap --protocol codelia`: [`wrap()`] on the request (it has no `--name`).
 fn wrap_request(
     request: WrapRequest,
 ) -> BoxFuture<Result<i32, patchbay_graph::descriptor::WrapError>> {

@@ -105,7 +105,7 @@ pub const ADAPTER: Adapter = Adapter::new(
     )],
 ).parse(parse_decoder).wrap(wrap_request).probes(&[probe::PROBE]);
 
-/// `patchbay wrap --protocol codex`: [`wrap`] on the request (it has no `--name`).
+/// `patchbay wrap --protocol codex`: [`wrap()`] on the request (it has no `--name`).
 fn wrap_request(
     request: WrapRequest,
 ) -> BoxFuture<Result<i32, patchbay_graph::descriptor::WrapError>> {

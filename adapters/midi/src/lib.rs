@@ -7,7 +7,7 @@
 //!   the way midir delivers them ([`MidiDecoder::decode_message`]).
 //! - [`parse_decoder`] reads the text format of `patchbay parse --protocol midi`: one
 //!   message per line as hex bytes (`90 3c 64`).
-//! - [`encode`] turns a `midi.*` signal back into bytes (controller LEDs, motorized faders).
+//! - [`encode()`] turns a `midi.*` signal back into bytes (controller LEDs, motorized faders).
 //! - [`learn_block`] writes the `[filters.<name>]` TOML block mapping a pad or knob to a
 //!   control signal.
 //! - [`PortMatcher`] selects ports by exact name or regex, leaving patchbay's own ports out.
@@ -21,7 +21,7 @@
 //!   `waiting` (no fault: the device is not plugged in yet), a vanished port `recovering`,
 //!   and a matching port that appears or returns is opened without a restart. With no
 //!   MIDI system at all they stay `recovering`, say why in health, and keep trying.
-//! - [`list_ports`], [`monitor`] and [`learn`]: `patchbay midi list|monitor|learn`.
+//! - [`list_ports`], [`monitor`] and [`learn()`]: `patchbay midi list|monitor|learn`.
 //!
 //! # Signals
 //!
@@ -138,7 +138,7 @@ pub mod types {
     /// An undefined system status byte (`F4`, `F5`, `F9`, `FD`).
     pub const SYSTEM: &str = "midi.system";
 
-    /// The channel message types (the ones [`encode`](crate::encode) accepts).
+    /// The channel message types (the ones [`encode`](crate::encode()) accepts).
     pub const CHANNEL: [&str; 7] = [
         NOTE_ON,
         NOTE_OFF,

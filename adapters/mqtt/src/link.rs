@@ -1,7 +1,7 @@
 //! The transport: one MQTT connection per component, opened and reopened by the transport
-//! crate's [`Driver`] (backoff with jitter, `max_attempts`, health states), with the
-//! session on top of it here: CONNECT, keep-alive, and the acknowledgements that make QoS
-//! 1 lossless.
+//! crate's [`Driver`](patchbay_transport::Driver) (backoff with jitter, `max_attempts`,
+//! health states), with the session on top of it here: CONNECT, keep-alive, and the
+//! acknowledgements that make QoS 1 lossless.
 //!
 //! - The source acknowledges a QoS 1 message only after the graph took its signal
 //!   (messages a read brought in go to the graph as one batch; the PUBACKs of the part the
