@@ -625,7 +625,7 @@ fn server_frame(bytes: &[u8]) -> Option<(u8, std::ops::Range<usize>)> {
         ),
         n => (usize::from(n), 2),
     };
-    let end = header + len;
+    let end = len.checked_add(header)?;
     (bytes.len() >= end).then_some((first & 0x0f, header..end))
 }
 
