@@ -57,6 +57,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use patchbay_testkit::scratch::ScratchDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 use tokio_tungstenite::tungstenite::Message;
@@ -527,7 +528,6 @@ async fn subscribe(
 /// Opens a WebSocket to `path` on `port` as a client: the stream, and the bytes read past
 /// the handshake's answer.
 async fn ws_connect(port: u16, path: &str) -> (TcpStream, Vec<u8>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("subscriber connects");
@@ -555,7 +555,6 @@ async fn ws_connect(port: u16, path: &str) -> (TcpStream, Vec<u8>) {
 /// Reads a server's frames until `expect` frames carrying `t0` arrived, the server closed,
 /// or nothing came for 20 s: the latency of each (µs).
 async fn read_frames(mut stream: TcpStream, mut buffer: Vec<u8>, expect: usize) -> Vec<u64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let t0 = memchr::memmem::Finder::new(b"\"t0\":");
     let mut latencies = Vec::with_capacity(expect);
     let mut at = 0;
@@ -646,7 +645,7 @@ async fn publish(
     if via_post {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         stream.set_nodelay(true).unwrap();
-        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        use tokio::io::{AsyncBufReadExt, BufReader};
         for i in 0..n {
             if let Some(p) = pace.as_mut() {
                 p.tick().await;
