@@ -194,6 +194,13 @@ impl EventReceiver {
         n
     }
 
+    /// Takes no more: senders waiting for room, and any that send from now on, are
+    /// refused (`Refused::Closed`); what was sent before stays to be taken.
+    pub(crate) fn close(&mut self) {
+        self.room.close();
+        self.rx.close();
+    }
+
     /// The next event if one is ready.
     pub(crate) fn try_recv(&mut self) -> Option<Event> {
         let event = self.rx.try_recv().ok()?;
@@ -300,6 +307,40 @@ mod tests {
         let arrived = engine.await.unwrap();
         let expected: Vec<String> = (0..20_000).map(|i| format!("s{i}")).collect();
         assert_eq!(arrived, expected);
+    }
+
+    #[tokio::test]
+    async fn a_closed_queue_refuses_its_waiting_senders_and_keeps_what_was_sent() {
+        let (tx, mut rx) = channel(2);
+        let mut first = signals(2);
+        assert_eq!(tx.send_within(1, &mut first, None).await, (2, None));
+        let waiting = tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                let mut batch = signals(3);
+                let outcome = tx.send_within(1, &mut batch, None).await;
+                (outcome, names(&batch).join(","))
+            }
+        });
+        // The sender waits for room (the queue is full), then the engine closes it.
+        tokio::task::yield_now().await;
+        rx.close();
+        assert_eq!(
+            waiting.await.unwrap(),
+            ((0, Some(Refused::Closed)), "s0,s1,s2".to_owned())
+        );
+        // Taking what was sent gives room back, but nothing can take it any more.
+        let mut events = Vec::new();
+        while let Some(event) = rx.try_recv() {
+            events.push(event);
+        }
+        assert_eq!(kinds(&events), ["s0", "s1"]);
+        let mut late = signals(1);
+        assert_eq!(
+            tx.send_within(1, &mut late, None).await,
+            (0, Some(Refused::Closed))
+        );
+        assert_eq!(tx.try_send(1, signal()), Err(Refused::Closed));
     }
 
     #[tokio::test]

@@ -849,6 +849,10 @@ impl Running {
     /// outputs drain until `stopping`'s deadline (without a bound when the graph ended
     /// on its own).
     pub(super) async fn finish(mut self, stopping: Option<tokio::time::Instant>) -> RunReport {
+        // Closed first: a source still sending (a producer's connection) is refused at
+        // once, and told so, instead of waiting for room that taking the last events
+        // would give it, its signals then sent where no one takes them.
+        self.rx.close();
         let mut events = Vec::new();
         while let Some(event) = self.rx.try_recv() {
             events.push(event);
