@@ -37,7 +37,7 @@ use crate::websocket::{Incoming, Socket, Violation, close_code};
 const WRITE_BATCH: usize = 256;
 
 /// At most this many frames a UI sent are handed to the graph at once.
-const INGEST_BATCH: usize = 256;
+const INGEST_BATCH: usize = 1024;
 
 /// How often an idle SSE stream gets a comment, so proxies keep it open.
 const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
@@ -55,8 +55,8 @@ pub(crate) struct AppState {
     pub epoch: String,
     /// The last seq handed to the hub.
     pub published: Arc<AtomicU64>,
-    /// WebSocket protocol violations by clients (`patchbay_ws_protocol_errors_total`).
-    pub ws_violations: Arc<AtomicU64>,
+    /// Its WebSocket counters (protocol violations by clients, hot connections).
+    pub ws: Arc<crate::ws_metrics::WsMetrics>,
 }
 
 type Shared = Arc<AppState>;
@@ -89,7 +89,7 @@ impl AppState {
 
     /// Logs and counts a WebSocket protocol violation by the client at `peer`.
     fn ws_violation(&self, peer: SocketAddr, what: &str) {
-        self.ws_violations.fetch_add(1, Ordering::Relaxed);
+        self.ws.violations.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(sidecar = %self.name, client = %peer, "WebSocket protocol violation: {what}");
     }
 
@@ -458,13 +458,6 @@ async fn ws_session(
     replay: Replay,
 ) {
     let format = sub.client.format;
-    let mut ready = Vec::with_capacity(WRITE_BATCH);
-    let mut ingest = Ingest {
-        normalizer: Normalizer::new(state.source_name()),
-        signals: Vec::new(),
-        peer,
-        binary_noted: false,
-    };
     if let Some((from, to)) = replay.gap {
         socket.queue_text(&gap_text(from, to));
     }
@@ -480,62 +473,224 @@ async fn ws_session(
     if socket.flush().await.is_err() {
         return;
     }
+    let mut session = Session {
+        ingest: Ingest {
+            normalizer: Normalizer::new(state.source_name()),
+            signals: Vec::new(),
+            peer,
+            binary_noted: false,
+        },
+        state,
+        socket,
+        sub,
+        ready: Vec::with_capacity(WRITE_BATCH),
+    };
     loop {
+        match session.turn().await {
+            Turn::Ended => break,
+            Turn::Read(messages) if messages >= HOT_READ => {
+                if let Some(_hot) = hot::Hot::enter() {
+                    session.state.ws.hot.fetch_add(1, Ordering::Relaxed);
+                    if session.hot().await {
+                        break;
+                    }
+                }
+            }
+            Turn::Read(_) | Turn::Wrote => {}
+        }
+    }
+}
+
+/// A read of at least this many messages makes a connection hot (see [`hot`]).
+const HOT_READ: usize = 32;
+
+/// A hot connection goes back to the workers after this many smaller reads in a row…
+const COOL_READS: usize = 4;
+
+/// … or once it had nothing to do for this long.
+const COOL_AFTER: Duration = Duration::from_millis(50);
+
+/// One connection of a sidecar after its handshake and replay.
+struct Session {
+    state: Shared,
+    socket: WsSocket,
+    sub: Subscription,
+    ingest: Ingest,
+    /// Frames taken from the client's queue, to be written together.
+    ready: Vec<Outgoing>,
+}
+
+/// What a [`Session`] waits for: frames for its client, or bytes from it.
+enum Ready {
+    /// A frame or notice for the client (`None`: the sidecar stopped).
+    Out(Option<Outgoing>),
+    /// What reading the socket gave.
+    Read(std::io::Result<usize>),
+}
+
+/// What one turn of a [`Session`] did.
+enum Turn {
+    /// It read this many messages (and handed their signals over).
+    Read(usize),
+    /// It wrote the frames ready for the client.
+    Wrote,
+    /// The connection is over.
+    Ended,
+}
+
+impl Session {
+    /// Waits for frames to write or bytes to read, and handles what came first.
+    async fn turn(&mut self) -> Turn {
+        let ready = self.wait().await;
+        self.handle(ready).await
+    }
+
+    /// Waits for frames to write or bytes to read. Cancel-safe: nothing is lost when the
+    /// wait is dropped.
+    async fn wait(&mut self) -> Ready {
         tokio::select! {
-            out = sub.client.pop() => match out {
-                Some(out) => {
-                    // Every frame ready, written and then flushed once.
-                    ready.push(out);
-                    sub.client.take_ready(WRITE_BATCH, &mut ready);
-                    let mut cut = None;
-                    for out in ready.drain(..) {
-                        match out {
-                            Outgoing::Frame(frame) => socket.queue_text(frame.as_str(format)),
-                            Outgoing::Lagged(resume_from) => {
-                                socket.queue_text(&lagged_text(resume_from));
-                            }
-                            Outgoing::Cut(resume_from) => {
-                                socket.queue_text(&lagged_text(resume_from));
-                                cut = Some(resume_from);
-                            }
+            out = self.sub.client.pop() => Ready::Out(out),
+            read = self.socket.fill() => Ready::Read(read),
+        }
+    }
+
+    /// Writes the frames ready, or takes the messages read.
+    async fn handle(&mut self, ready: Ready) -> Turn {
+        match ready {
+            Ready::Out(Some(out)) => {
+                // Every frame ready, written and then flushed once.
+                self.ready.push(out);
+                self.sub.client.take_ready(WRITE_BATCH, &mut self.ready);
+                let format = self.sub.client.format;
+                let mut cut = None;
+                for out in self.ready.drain(..) {
+                    match out {
+                        Outgoing::Frame(frame) => self.socket.queue_text(frame.as_str(format)),
+                        Outgoing::Lagged(resume_from) => {
+                            self.socket.queue_text(&lagged_text(resume_from));
+                        }
+                        Outgoing::Cut(resume_from) => {
+                            self.socket.queue_text(&lagged_text(resume_from));
+                            cut = Some(resume_from);
                         }
                     }
-                    if socket.flush().await.is_err() {
-                        break;
-                    }
-                    if let Some(resume_from) = cut {
-                        tracing::info!(sidecar = %state.name, resume_from, "a client lagged behind a lossless sidecar: cut off, it can resume from the ring");
-                        socket.close(close_code::TRY_AGAIN_LATER, &cut_reason(resume_from)).await;
-                        break;
-                    }
                 }
-                None => {
-                    // The sidecar stopped and this client has everything queued for it.
-                    socket.close(close_code::GOING_AWAY, "patchbay is shutting down").await;
-                    break;
+                if self.socket.flush().await.is_err() {
+                    return Turn::Ended;
+                }
+                if let Some(resume_from) = cut {
+                    tracing::info!(sidecar = %self.state.name, resume_from, "a client lagged behind a lossless sidecar: cut off, it can resume from the ring");
+                    self.socket
+                        .close(close_code::TRY_AGAIN_LATER, &cut_reason(resume_from))
+                        .await;
+                    return Turn::Ended;
+                }
+                Turn::Wrote
+            }
+            Ready::Out(None) => {
+                // The sidecar stopped and this client has everything queued for it.
+                self.socket
+                    .close(close_code::GOING_AWAY, "patchbay is shutting down")
+                    .await;
+                Turn::Ended
+            }
+            // The end of the stream without a close frame is a closed tab or a dropped
+            // network, not a broken rule (what was read is handed over already).
+            Ready::Read(read) if !matches!(read, Ok(1..)) => Turn::Ended,
+            Ready::Read(_) => match self.ingest.read_all(&self.state, &mut self.socket).await {
+                Ok(messages) => Turn::Read(messages),
+                Err(Ended::Closed) => Turn::Ended,
+                Err(Ended::Failed(violation)) => {
+                    let state = &self.state;
+                    let why = violation.to_string();
+                    state.ws_violation(self.ingest.peer, &why);
+                    match violation {
+                        Violation::TooLong(_) => refuse(state, &why, &mut self.socket),
+                        Violation::NotUtf8 | Violation::Protocol(_) => state.bad_input(&why),
+                    }
+                    self.socket.close(violation.close_code(), &why).await;
+                    Turn::Ended
                 }
             },
-            read = socket.fill() => {
-                // The end of the stream without a close frame is a closed tab or a dropped
-                // network, not a broken rule (what was read is handed over already).
-                if !matches!(read, Ok(1..)) {
-                    break;
-                }
-                match ingest.read_all(&state, &mut socket).await {
-                    Ok(()) => {}
-                    Err(Ended::Closed) => break,
-                    Err(Ended::Failed(violation)) => {
-                        let why = violation.to_string();
-                        state.ws_violation(peer, &why);
-                        match violation {
-                            Violation::TooLong(_) => refuse(&state, &why, &mut socket),
-                            Violation::NotUtf8 | Violation::Protocol(_) => state.bad_input(&why),
+        }
+    }
+
+    /// Takes turns on a thread of its own, off the runtime's workers, while its reads
+    /// stay large; returns whether the connection ended (or was abandoned) meanwhile.
+    async fn hot(&mut self) -> bool {
+        let hub = Arc::clone(&self.state.hub);
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::block_in_place(|| {
+            handle.block_on(async {
+                let turns = async {
+                    let mut small = 0;
+                    loop {
+                        // Only the wait is given up when idle: a turn, once begun, ends.
+                        let Ok(ready) = tokio::time::timeout(COOL_AFTER, self.wait()).await else {
+                            return false;
+                        };
+                        match self.handle(ready).await {
+                            Turn::Ended => return true,
+                            Turn::Read(messages) if messages < HOT_READ => {
+                                small += 1;
+                                if small >= COOL_READS {
+                                    return false;
+                                }
+                            }
+                            Turn::Read(_) => small = 0,
+                            Turn::Wrote => {}
                         }
-                        socket.close(violation.close_code(), &why).await;
-                        break;
                     }
+                };
+                tokio::select! {
+                    ended = turns => ended,
+                    () = hub.wait_abandoned() => true,
                 }
-            },
+            })
+        })
+    }
+}
+
+/// Hot connections. A producer sending as fast as it can keeps the task that reads its
+/// connection busy, and tokio runs the tasks that task wakes (the graph's engine, then
+/// the sidecar's clients) on the same worker, next: one connection's whole pipeline
+/// shares one core while the other worker idles. So a connection whose reads bring many
+/// messages at once leaves the runtime's workers ([`tokio::task::block_in_place`]) and
+/// goes on on a thread of its own until its reads get small or stop; the engine and the
+/// clients, woken from outside the workers, run on them meanwhile. At low rates (a
+/// message or two a read) nothing changes, and no thread is woken more than before.
+mod hot {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// How many connections are hot now.
+    static HOT: AtomicUsize = AtomicUsize::new(0);
+
+    /// At most this many at once: each takes a thread beside the workers, and more
+    /// connections than one are spread over the workers anyway.
+    const MAX_HOT: usize = 1;
+
+    /// A connection's leave to be hot; dropping it gives the place back.
+    pub(super) struct Hot(());
+
+    impl Hot {
+        /// The leave, if the runtime has workers to leave (a multi-thread one) and fewer
+        /// than [`MAX_HOT`] connections are hot.
+        pub(super) fn enter() -> Option<Hot> {
+            let flavor = tokio::runtime::Handle::try_current().ok()?.runtime_flavor();
+            if flavor != tokio::runtime::RuntimeFlavor::MultiThread {
+                return None;
+            }
+            HOT.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_HOT).then_some(n + 1)
+            })
+            .ok()?;
+            Some(Hot(()))
+        }
+    }
+
+    impl Drop for Hot {
+        fn drop(&mut self) {
+            HOT.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -568,14 +723,17 @@ struct Ingest {
 
 impl Ingest {
     /// Takes every message read (a frame cut short waits for the next read), answers pings
-    /// and refusals, and hands the signals to the graph (at most [`INGEST_BATCH`] at once).
-    async fn read_all(&mut self, state: &AppState, socket: &mut WsSocket) -> Result<(), Ended> {
+    /// and refusals, and hands the signals to the graph (at most [`INGEST_BATCH`] at once);
+    /// returns how many messages it took.
+    async fn read_all(&mut self, state: &AppState, socket: &mut WsSocket) -> Result<usize, Ended> {
         // Frames read together arrived together: one clock reading for them.
         self.normalizer.start_batch();
+        let mut messages = 0;
         let ended = loop {
             let kept = match socket.reader.decode_next() {
-                Ok(None) => break Ok(()),
+                Ok(None) => break Ok(messages),
                 Ok(Some(Incoming::Message(text, payload))) => {
+                    messages += 1;
                     let bytes = socket.reader.bytes(&payload);
                     match (std::str::from_utf8(bytes), text) {
                         (Ok(frame), _) => self.take(state, frame),
@@ -616,7 +774,7 @@ impl Ingest {
     /// connection (the client stays connected and is told, so it could repeat it).
     fn binary_violation(&mut self, state: &AppState) {
         if self.binary_noted {
-            state.ws_violations.fetch_add(1, Ordering::Relaxed);
+            state.ws.violations.fetch_add(1, Ordering::Relaxed);
         } else {
             self.binary_noted = true;
             state.ws_violation(
@@ -935,7 +1093,7 @@ async fn health(
 
 async fn metrics(State(state): State<Shared>, _: Authorized) -> Response {
     let mut text = state.telemetry.prometheus();
-    text.push_str(&crate::violations::prometheus(&state.telemetry));
+    text.push_str(&crate::ws_metrics::prometheus(&state.telemetry));
     (
         [(
             header::CONTENT_TYPE,

@@ -43,8 +43,8 @@ mod hub;
 mod inbound;
 mod status;
 pub mod tap;
-mod violations;
 pub mod websocket;
+mod ws_metrics;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -196,7 +196,7 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
         local,
         epoch: new_epoch(),
         published: Arc::clone(&published),
-        ws_violations: violations::register(cx.telemetry(), &name),
+        ws: ws_metrics::register(cx.telemetry(), &name),
     });
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let app = http::router(state);

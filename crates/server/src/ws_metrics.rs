@@ -1,10 +1,12 @@
-//! `patchbay_ws_protocol_errors_total`: WebSocket protocol violations by a sidecar's
-//! clients (bad frames, messages over `max_frame`, text that is not UTF-8, binary
-//! messages that are not UTF-8 JSON), per sidecar.
+//! A sidecar's WebSocket counters: `patchbay_ws_protocol_errors_total`, the protocol
+//! violations by its clients (bad frames, messages over `max_frame`, text that is not
+//! UTF-8, binary messages that are not UTF-8 JSON), and `patchbay_ws_hot_total`, how often
+//! one of its connections read so many messages at once that it went on on a thread of
+//! its own.
 //!
-//! The graph's telemetry knows nothing of WebSocket, so the counters live here, one per
-//! sidecar, registered against the graph's [`Telemetry`]: every sidecar of a graph shows
-//! all of them in its `/metrics`, after the graph's own families.
+//! The graph's telemetry knows nothing of WebSocket, so the counters live here, one set
+//! per sidecar, registered against the graph's [`Telemetry`]: every sidecar of a graph
+//! shows all of them in its `/metrics`, after the graph's own families.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,11 +14,20 @@ use std::sync::{Arc, Mutex, Weak};
 
 use patchbay_graph::Telemetry;
 
-/// One sidecar's counter, and the graph it belongs to.
+/// One sidecar's WebSocket counters.
+#[derive(Default)]
+pub(crate) struct WsMetrics {
+    /// Protocol violations by its clients (`patchbay_ws_protocol_errors_total`).
+    pub violations: AtomicU64,
+    /// Times a connection went hot (`patchbay_ws_hot_total`).
+    pub hot: AtomicU64,
+}
+
+/// One sidecar's counters, and the graph it belongs to.
 struct Entry {
     graph: Weak<Telemetry>,
     sidecar: String,
-    count: Arc<AtomicU64>,
+    metrics: Arc<WsMetrics>,
 }
 
 fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
@@ -26,9 +37,9 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The counter of sidecar `name` in the graph of `telemetry` (the same one if the sidecar
-/// runs again in that graph). Entries of graphs that are gone are dropped here.
-pub(crate) fn register(telemetry: &Arc<Telemetry>, name: &str) -> Arc<AtomicU64> {
+/// The counters of sidecar `name` in the graph of `telemetry` (the same ones if the
+/// sidecar runs again in that graph). Entries of graphs that are gone are dropped here.
+pub(crate) fn register(telemetry: &Arc<Telemetry>, name: &str) -> Arc<WsMetrics> {
     let mut entries = registry();
     entries.retain(|e| e.graph.strong_count() > 0);
     let graph = Arc::downgrade(telemetry);
@@ -36,35 +47,45 @@ pub(crate) fn register(telemetry: &Arc<Telemetry>, name: &str) -> Arc<AtomicU64>
         .iter()
         .find(|e| e.graph.ptr_eq(&graph) && e.sidecar == name)
     {
-        return Arc::clone(&e.count);
+        return Arc::clone(&e.metrics);
     }
-    let count = Arc::new(AtomicU64::new(0));
+    let metrics = Arc::new(WsMetrics::default());
     entries.push(Entry {
         graph,
         sidecar: name.to_owned(),
-        count: Arc::clone(&count),
+        metrics: Arc::clone(&metrics),
     });
-    count
+    metrics
 }
 
-/// The family in Prometheus text format: every sidecar of the graph of `telemetry`.
+/// The families in Prometheus text format: every sidecar of the graph of `telemetry`.
 pub(crate) fn prometheus(telemetry: &Arc<Telemetry>) -> String {
     let graph = Arc::downgrade(telemetry);
+    let mut rows: Vec<(String, u64, u64)> = registry()
+        .iter()
+        .filter(|e| e.graph.ptr_eq(&graph))
+        .map(|e| {
+            let name = e.sidecar.replace('\\', "\\\\").replace('"', "\\\"");
+            let m = &e.metrics;
+            let violations = m.violations.load(Ordering::Relaxed);
+            (name, violations, m.hot.load(Ordering::Relaxed))
+        })
+        .collect();
+    rows.sort();
     let mut out = String::from(
         "# HELP patchbay_ws_protocol_errors_total WebSocket protocol violations by a sidecar's clients (bad frames, oversized or non-UTF-8 messages).\n# TYPE patchbay_ws_protocol_errors_total counter\n",
     );
-    let mut rows: Vec<(String, u64)> = registry()
-        .iter()
-        .filter(|e| e.graph.ptr_eq(&graph))
-        .map(|e| (e.sidecar.clone(), e.count.load(Ordering::Relaxed)))
-        .collect();
-    rows.sort();
-    for (sidecar, n) in rows {
-        let name = sidecar.replace('\\', "\\\\").replace('"', "\\\"");
+    for (name, violations, _) in &rows {
         let _ = writeln!(
             out,
-            "patchbay_ws_protocol_errors_total{{component=\"{name}\"}} {n}"
+            "patchbay_ws_protocol_errors_total{{component=\"{name}\"}} {violations}"
         );
+    }
+    out.push_str(
+        "# HELP patchbay_ws_hot_total Times a connection of a sidecar read so many messages at once that it went on on a thread of its own.\n# TYPE patchbay_ws_hot_total counter\n",
+    );
+    for (name, _, hot) in &rows {
+        let _ = writeln!(out, "patchbay_ws_hot_total{{component=\"{name}\"}} {hot}");
     }
     out
 }

@@ -1,0 +1,102 @@
+//! A producer connection that sends in bursts goes hot (its reads bring many messages at
+//! once, and it goes on on a thread of its own) and back, again and again, while a
+//! subscriber of the lossless sidecar takes everything: nothing is lost or reordered
+//! across the moves, single frames between the bursts arrive too, `/metrics` counts the
+//! moves, and the graph stops while the connection is hot. Its own test binary: at most
+//! one connection of a process is hot at a time, and no other test's may hold the place.
+//! Correctness only: no duration is asserted.
+
+mod common;
+
+use common::*;
+use futures_util::SinkExt;
+use tokio_tungstenite::tungstenite::Message;
+
+fn frame(n: usize) -> String {
+    format!(r#"{{"type":"text_delta","id":"s{n}","payload":{{"text":"token {n}"}}}}"#)
+}
+
+async fn hot_total(server: &Server) -> u64 {
+    let m = http(server.addr, "GET", "/metrics", &[], b"").await;
+    let series = format!("patchbay_ws_hot_total{{component=\"{}\"}} ", server.name);
+    m.body
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {}", m.body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_hot_and_back_again_loses_and_reorders_nothing() {
+    const NAME: &str = "ui_hot";
+    const BURST: usize = 3_000;
+    const ROUNDS: usize = 4;
+    let inbound = format!("{NAME}.inbound");
+    let server = start(
+        NAME,
+        &[&inbound],
+        "when_full = \"block\"\nclient_queue = 65536\n",
+        "",
+    )
+    .await;
+    assert_eq!(hot_total(&server).await, 0);
+
+    let mut subscriber = ws(&server.ws_url("")).await;
+    let mut producer = ws(&server.ws_url("receive=false")).await;
+    let mut sent = 0;
+    let mut received = 0;
+    let expect = |frame: serde_json::Value, received: &mut usize| {
+        *received += 1;
+        assert_eq!(seq_of(&frame), *received as u64, "{frame}");
+        assert_eq!(frame["id"], format!("s{received}"), "in the order sent");
+    };
+    for _ in 0..ROUNDS {
+        // A burst written at once: the sidecar's reads bring hundreds of messages each.
+        for _ in 0..BURST {
+            sent += 1;
+            producer
+                .feed(Message::Text(frame(sent).into()))
+                .await
+                .expect("feed");
+        }
+        producer.flush().await.expect("flush");
+        while received < sent {
+            let frame = recv(&mut subscriber).await.expect("every frame");
+            expect(frame, &mut received);
+        }
+        // Then single frames, each waited for: small reads, which cool the connection.
+        for _ in 0..6 {
+            sent += 1;
+            send(&mut producer, &frame(sent)).await;
+            let frame = recv(&mut subscriber).await.expect("every frame");
+            expect(frame, &mut received);
+        }
+    }
+    let moves = hot_total(&server).await;
+    assert!(moves >= 1, "the connection never went hot");
+
+    // A last burst, and the graph stops while the connection may still be hot: the stop
+    // completes (the subscriber reading on), and the subscriber gets a prefix of what
+    // was sent, in order, then the close.
+    for _ in 0..BURST {
+        sent += 1;
+        producer
+            .feed(Message::Text(frame(sent).into()))
+            .await
+            .expect("feed");
+    }
+    producer.flush().await.expect("flush");
+    let first = recv(&mut subscriber).await.expect("the burst begins");
+    expect(first, &mut received);
+    let reading = tokio::spawn(async move {
+        while let Some(frame) = recv(&mut subscriber).await {
+            expect(frame, &mut received);
+        }
+        received
+    });
+    server.stop().await;
+    let received = guard("the subscriber reads to the close", reading)
+        .await
+        .expect("the subscriber");
+    assert!(received <= sent);
+}
