@@ -489,6 +489,12 @@ async fn ws_session(
         match session.turn().await {
             Turn::Ended => break,
             Turn::Read(messages) if messages >= HOT_READ => {
+                // With many clients, writing to them keeps the other cores busy already,
+                // and the graph's hand-overs are larger when it shares a thread with this
+                // connection: a move would cost more than it gives.
+                if session.state.hub.receiving_count() > HOT_CLIENTS {
+                    continue;
+                }
                 if let Some(_hot) = hot::Hot::enter() {
                     session.state.ws.hot.fetch_add(1, Ordering::Relaxed);
                     if session.hot().await {
@@ -503,6 +509,13 @@ async fn ws_session(
 
 /// A read of at least this many messages makes a connection hot (see [`hot`]).
 const HOT_READ: usize = 32;
+
+/// A connection goes hot only while its sidecar has at most this many clients taking
+/// frames.
+const HOT_CLIENTS: usize = 4;
+
+/// How much a hot connection reads at once.
+const HOT_READ_CHUNK: usize = 64 * 1024;
 
 /// A hot connection goes back to the workers after this many smaller reads in a row…
 const COOL_READS: usize = 4;
@@ -620,7 +633,9 @@ impl Session {
     async fn hot(&mut self) -> bool {
         let hub = Arc::clone(&self.state.hub);
         let handle = tokio::runtime::Handle::current();
-        tokio::task::block_in_place(|| {
+        // Larger reads: fewer, larger hand-overs to the graph, each a wake-up across threads.
+        self.socket.reader.read_in(HOT_READ_CHUNK);
+        let ended = tokio::task::block_in_place(|| {
             handle.block_on(async {
                 let turns = async {
                     let mut small = 0;
@@ -647,7 +662,9 @@ impl Session {
                     () = hub.wait_abandoned() => true,
                 }
             })
-        })
+        });
+        self.socket.reader.read_in(crate::websocket::READ_CHUNK);
+        ended
     }
 }
 
@@ -655,7 +672,8 @@ impl Session {
 /// connection busy, and tokio runs the tasks that task wakes (the graph's engine, then
 /// the sidecar's clients) on the same worker, next: one connection's whole pipeline
 /// shares one core while the other worker idles. So a connection whose reads bring many
-/// messages at once leaves the runtime's workers ([`tokio::task::block_in_place`]) and
+/// messages at once, to a sidecar with few clients (with many, writing to them keeps the
+/// other workers busy), leaves the runtime's workers ([`tokio::task::block_in_place`]) and
 /// goes on on a thread of its own until its reads get small or stop; the engine and the
 /// clients, woken from outside the workers, run on them meanwhile. At low rates (a
 /// message or two a read) nothing changes, and no thread is woken more than before.
@@ -722,9 +740,9 @@ struct Ingest {
 }
 
 impl Ingest {
-    /// Takes every message read (a frame cut short waits for the next read), answers pings
-    /// and refusals, and hands the signals to the graph (at most [`INGEST_BATCH`] at once);
-    /// returns how many messages it took.
+    /// Takes every message read, and what arrives meanwhile (a frame cut short waits for
+    /// the next read), answers pings and refusals, and hands the signals to the graph (at
+    /// most [`INGEST_BATCH`] at once); returns how many messages it took.
     async fn read_all(&mut self, state: &AppState, socket: &mut WsSocket) -> Result<usize, Ended> {
         // Frames read together arrived together: one clock reading for them.
         self.normalizer.start_batch();

@@ -1072,6 +1072,16 @@ impl Hub {
         self.lock().clients.len()
     }
 
+    /// How many of them take frames (not `?receive=false`).
+    pub fn receiving_count(&self) -> usize {
+        let inner = self.lock();
+        inner
+            .clients
+            .iter()
+            .filter(|c| !matches!(c.filter, TypeFilter::Nothing))
+            .count()
+    }
+
     /// The seq of the newest frame in the ring (0 when empty).
     pub fn last_seq(&self) -> u64 {
         self.lock().ring.back().map(|f| f.seq).unwrap_or(0)

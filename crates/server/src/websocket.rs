@@ -15,13 +15,9 @@ use std::ops::Range;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// How much a connection reads at once at first (and what its read buffer grows by).
-const READ_CHUNK: usize = 16 * 1024;
-
-/// The most a connection reads at once: a read that takes all the room it had makes the
-/// next one twice as large (up to this), so that a producer sending as fast as it can is
-/// read, and handed to the graph, in fewer and larger batches.
-const MAX_READ_CHUNK: usize = 64 * 1024;
+/// How much a connection reads at once unless told otherwise (and what its read buffer
+/// grows by).
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
 
 /// A buffer grown beyond this for a large message is let go once it is empty again, so
 /// that one large message does not hold its memory for the connection's life.
@@ -99,7 +95,7 @@ pub struct Reader {
     max: usize,
     /// A fragmented message being put together: text or binary, and its bytes so far.
     partial: Option<(bool, Vec<u8>)>,
-    /// How much the next read may take (from [`READ_CHUNK`] to [`MAX_READ_CHUNK`]).
+    /// How much a read takes at most ([`READ_CHUNK`] unless told otherwise).
     chunk: usize,
 }
 
@@ -142,12 +138,12 @@ impl Reader {
         if self.buffer.capacity() - self.buffer.len() < self.chunk / 4 {
             self.buffer.reserve(self.chunk);
         }
-        let room = self.buffer.capacity() - self.buffer.len();
-        let n = io.read_buf(&mut self.buffer).await?;
-        if n == room && self.chunk < MAX_READ_CHUNK {
-            self.chunk *= 2;
-        }
-        Ok(n)
+        io.read_buf(&mut self.buffer).await
+    }
+
+    /// Reads take up to `chunk` bytes from now on.
+    pub(crate) fn read_in(&mut self, chunk: usize) {
+        self.chunk = chunk;
     }
 
     /// The bytes of a message's payload.
@@ -606,8 +602,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_of_frames_cut_by_reads_keeps_one_chunk_of_buffer() {
         // Every read fills the buffer, so most end inside a frame: that frame waits for the
-        // next read without growing the buffer (dropping the decoded bytes makes room). The
-        // reads grow to the largest chunk, as every one takes all the room it has.
+        // next read without growing the buffer (dropping the decoded bytes makes room).
         let mut stream = Vec::new();
         for i in 0..5_000 {
             let text = format!(
@@ -625,32 +620,44 @@ mod tests {
                 messages += 1;
             }
             assert!(
-                reader.buffer.capacity() <= 2 * MAX_READ_CHUNK,
+                reader.buffer.capacity() <= 2 * READ_CHUNK,
                 "{}",
                 reader.buffer.capacity()
             );
         }
         assert_eq!(messages, 5_000);
-        assert_eq!(reader.chunk, MAX_READ_CHUNK);
     }
 
     #[tokio::test]
-    async fn reads_that_leave_room_stay_at_the_first_chunk() {
-        // A client sending a message now and then: each read takes less than the room it
-        // had, and the buffer stays at the first chunk.
-        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
-        let mut reader = Reader::new(1 << 20);
-        for i in 0..50 {
-            let sent = format!("{{\"type\":\"tick\",\"n\":{i}}}");
-            client
-                .write_all(&client_frame(0x81, sent.as_bytes(), [1, 2, 3, 4]))
-                .await
-                .unwrap();
-            assert!(reader.fill_from(&mut server).await.unwrap() > 0);
-            assert_eq!(text(&mut reader).as_deref(), Some(sent.as_str()));
+    async fn reads_take_the_chunk_they_are_told() {
+        // A burst of 200 KiB waiting: each read takes at most the chunk, and the buffer
+        // holds about one chunk.
+        let frame = client_frame(0x81, &[b'x'; 1000], [1, 2, 3, 4]);
+        let stream: Vec<u8> = frame
+            .iter()
+            .copied()
+            .cycle()
+            .take(frame.len() * 200)
+            .collect();
+        for chunk in [READ_CHUNK, 4 * READ_CHUNK] {
+            let mut io = &stream[..];
+            let mut reader = Reader::new(1 << 20);
+            reader.read_in(chunk);
+            let mut largest = 0;
+            loop {
+                let n = reader.fill_from(&mut io).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                largest = largest.max(n);
+                while reader.decode_next().unwrap().is_some() {}
+            }
+            assert!(
+                largest >= chunk / 2 && largest <= 2 * chunk,
+                "{chunk}: {largest}"
+            );
+            assert!(reader.buffer.capacity() <= 2 * chunk);
         }
-        assert_eq!(reader.chunk, READ_CHUNK);
-        assert!(reader.buffer.capacity() <= 2 * READ_CHUNK);
     }
 
     #[tokio::test]

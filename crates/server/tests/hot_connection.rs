@@ -2,8 +2,9 @@
 //! once, and it goes on on a thread of its own) and back, again and again, while a
 //! subscriber of the lossless sidecar takes everything: nothing is lost or reordered
 //! across the moves, single frames between the bursts arrive too, `/metrics` counts the
-//! moves, and the graph stops while the connection is hot. Its own test binary: at most
-//! one connection of a process is hot at a time, and no other test's may hold the place.
+//! moves, and the graph stops while the connection is hot. A sidecar with many clients
+//! keeps its connections where they are. Its own test binary: at most one connection of a
+//! process is hot at a time, and no other binary's test may hold the place.
 //! Correctness only: no duration is asserted.
 
 mod common;
@@ -99,4 +100,39 @@ async fn a_connection_hot_and_back_again_loses_and_reorders_nothing() {
         .await
         .expect("the subscriber");
     assert!(received <= sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_stays_on_the_workers_when_its_sidecar_has_many_clients() {
+    const NAME: &str = "ui_many_clients";
+    const BURST: usize = 3_000;
+    let inbound = format!("{NAME}.inbound");
+    let server = start(
+        NAME,
+        &[&inbound],
+        "when_full = \"block\"\nclient_queue = 65536\n",
+        "",
+    )
+    .await;
+    // Five clients taking frames: writing to them is most of the work.
+    let mut subscribers = Vec::new();
+    for _ in 0..5 {
+        subscribers.push(ws(&server.ws_url("")).await);
+    }
+    let mut producer = ws(&server.ws_url("receive=false")).await;
+    for n in 1..=BURST {
+        producer
+            .feed(Message::Text(frame(n).into()))
+            .await
+            .expect("feed");
+    }
+    producer.flush().await.expect("flush");
+    for subscriber in &mut subscribers {
+        for n in 1..=BURST {
+            let frame = recv(subscriber).await.expect("every frame");
+            assert_eq!(frame["id"], format!("s{n}"), "in the order sent");
+        }
+    }
+    assert_eq!(hot_total(&server).await, 0, "a move with five clients");
+    server.stop().await;
 }
