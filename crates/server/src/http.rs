@@ -711,6 +711,25 @@ mod hot {
             HOT.fetch_sub(1, Ordering::AcqRel);
         }
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::Hot;
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn one_connection_at_a_time_is_hot() {
+            let first = Hot::enter();
+            assert!(first.is_some());
+            assert!(Hot::enter().is_none(), "two at once");
+            drop(first);
+            assert!(Hot::enter().is_some(), "the place given back");
+        }
+
+        #[tokio::test]
+        async fn a_runtime_of_one_thread_has_no_workers_to_leave() {
+            assert!(Hot::enter().is_none());
+        }
+    }
 }
 
 /// Why a client's incoming side ended.
