@@ -759,9 +759,9 @@ struct Ingest {
 }
 
 impl Ingest {
-    /// Takes every message read, and what arrives meanwhile (a frame cut short waits for
-    /// the next read), answers pings and refusals, and hands the signals to the graph (at
-    /// most [`INGEST_BATCH`] at once); returns how many messages it took.
+    /// Takes every message read (a frame cut short waits for the next read), answers pings
+    /// and refusals, and hands the signals to the graph (at most [`INGEST_BATCH`] at once);
+    /// returns how many messages it took.
     async fn read_all(&mut self, state: &AppState, socket: &mut WsSocket) -> Result<usize, Ended> {
         // Frames read together arrived together: one clock reading for them.
         self.normalizer.start_batch();

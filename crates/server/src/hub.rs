@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::ops::{Deref, Range};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -757,6 +757,9 @@ pub struct Hub {
     abandoned: watch::Sender<bool>,
     /// How many clients are connected (to wait for the last one to leave).
     connected: watch::Sender<usize>,
+    /// How many of them take frames, counted when a client comes or goes (read for
+    /// every large read of a connection, without the lock).
+    receiving: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -901,6 +904,7 @@ impl Hub {
             evicted_early: AtomicU64::new(0),
             abandoned: watch::Sender::new(false),
             connected: watch::Sender::new(0),
+            receiving: AtomicUsize::new(0),
         };
         hub.set_gauges(&HubInner::default());
         hub
@@ -912,6 +916,12 @@ impl Hub {
 
     fn set_gauges(&self, inner: &HubInner) {
         self.connected.send_replace(inner.clients.len());
+        let receiving = inner
+            .clients
+            .iter()
+            .filter(|c| !matches!(c.filter, TypeFilter::Nothing))
+            .count();
+        self.receiving.store(receiving, Ordering::Relaxed);
         self.stats.set_gauge("clients", inner.clients.len() as f64);
         self.stats
             .set_gauge("lagged_clients", inner.lagged_clients as f64);
@@ -1074,12 +1084,7 @@ impl Hub {
 
     /// How many of them take frames (not `?receive=false`).
     pub fn receiving_count(&self) -> usize {
-        let inner = self.lock();
-        inner
-            .clients
-            .iter()
-            .filter(|c| !matches!(c.filter, TypeFilter::Nothing))
-            .count()
+        self.receiving.load(Ordering::Relaxed)
     }
 
     /// The seq of the newest frame in the ring (0 when empty).
