@@ -137,16 +137,11 @@ async fn ws_sender(url: String, producer: String, count: usize, burst: usize) ->
 }
 
 async fn refused_total(server: &Server) -> u64 {
-    let m = http(server.addr, "GET", "/metrics", &[], b"").await;
-    let prefix = format!(
-        "patchbay_refused_total{{component=\"{}.inbound\",type=\"inbound\"}} ",
+    let series = format!(
+        "patchbay_refused_total{{component=\"{}.inbound\",type=\"inbound\"}}",
         server.name
     );
-    m.body
-        .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    metric(server.addr, &series).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

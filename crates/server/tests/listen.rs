@@ -63,17 +63,6 @@ async fn until_closed(stream: &mut TcpStream) -> Vec<u8> {
     .await
 }
 
-/// The value of a metric line (`name{labels}`) in `/metrics`, 0 when absent.
-async fn metric(addr: SocketAddr, series: &str) -> u64 {
-    let r = http(addr, "GET", "/metrics", &[], b"").await;
-    assert_eq!(r.status, 200, "{}", r.head);
-    r.body
-        .lines()
-        .find_map(|l| l.strip_prefix(series))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_connections_are_closed_by_the_header_timeout() {
     let server = start(

@@ -702,17 +702,6 @@ async fn assert_ended(stream: &mut TcpStream, id: &str) {
     );
 }
 
-/// The value of a metric line (`name{labels}`) in `/metrics`, 0 when absent.
-async fn metric(addr: SocketAddr, series: &str) -> u64 {
-    let r = http(addr, "GET", "/metrics", &[], b"").await;
-    assert_eq!(r.status, 200, "{}", r.head);
-    r.body
-        .lines()
-        .find_map(|l| l.strip_prefix(series))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// Runs one case on a connection of its own.
 async fn run(addr: SocketAddr, case: &Case) {
     let id = case.id.as_str();

@@ -232,6 +232,17 @@ pub async fn http(
     .await
 }
 
+/// The value of a metric line (`name{labels}`) in `/metrics`, 0 when absent.
+pub async fn metric(addr: SocketAddr, series: &str) -> u64 {
+    let r = http(addr, "GET", "/metrics", &[], b"").await;
+    assert_eq!(r.status, 200, "{}", r.head);
+    r.body
+        .lines()
+        .find_map(|l| l.strip_prefix(series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// POSTs a JSON body to /signal.
 pub async fn post(addr: SocketAddr, body: &Value) -> HttpResponse {
     http(
