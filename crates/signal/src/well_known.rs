@@ -856,31 +856,26 @@ pub(crate) struct Envelope<'a> {
 /// none; `None`: it is not kept as text).
 pub(crate) fn repair_on_text(
     envelope: Envelope<'_>,
-    fit: Option<Fit>,
+    fit: Option<&Fit>,
     raw: &str,
     metadata: Option<Option<&str>>,
 ) -> TextRepair {
-    let fit = match fit {
-        Some(fit) => Some(fit),
-        None => match spec(envelope.kind) {
-            Some(fields) => Fit::scan(fields, raw),
-            None => return TextRepair::Fits,
+    if let Some(fit) = fit {
+        return repair_text(fit, raw, envelope, metadata);
+    }
+    match spec(envelope.kind) {
+        Some(fields) => match Fit::scan(fields, raw) {
+            Some(fit) => repair_text(&fit, raw, envelope, metadata),
+            None => TextRepair::Tree,
         },
-    };
-    match &fit {
-        Some(fit) => repair_text(fit, raw, envelope, metadata),
-        None => TextRepair::Tree,
+        None => TextRepair::Fits,
     }
 }
 
 /// [`repair`], given the [`Fit`] of the signal's payload text when the reader of the
 /// envelope made it in its pass.
-pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<Fit>) -> bool {
-    let Some(fields) = fit
-        .as_ref()
-        .map(|f| f.fields)
-        .or_else(|| spec(&signal.kind))
-    else {
+pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<&Fit>) -> bool {
+    let Some(fields) = fit.map(|f| f.fields).or_else(|| spec(&signal.kind)) else {
         return false;
     };
     // A payload kept as text is checked, and repaired, on its text: it is not built as a
