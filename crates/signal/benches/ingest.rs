@@ -7,10 +7,20 @@
 //! that becomes `invalid.text_delta`. (The sidecar then copies the payload's and the
 //! metadata's text into its frame, whatever the shape.)
 //!
+//! `stream/<shape>` reads as a sidecar's connection does: a stream of envelopes that differ
+//! (4 096 of them, in turn), in batches of 400 (a 64 KiB read), each signal in its `Arc`,
+//! and the batches dropped on another thread (as the graph does), so that every free is
+//! one from another thread. It reports the time per envelope of the reading thread.
+//!
 //! Run: `cargo bench -p patchbay-signal --bench ingest` (`--profile dist` for the figures
 //! in BENCHMARKS.md).
 
+use std::sync::Arc;
+use std::sync::mpsc::sync_channel;
+use std::time::{Duration, Instant};
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use patchbay_signal::Signal;
 use patchbay_signal::normalize::Normalizer;
 
 /// The allocator the `patchbay` binary runs with (its `src/main.rs`), so that the figures
@@ -59,7 +69,45 @@ fn ingest(c: &mut Criterion) {
             b.iter(|| batched.envelope_from_str(std::hint::black_box(envelope)))
         });
     }
+    for (shape, envelope) in SHAPES {
+        let stream = varied(envelope);
+        group.bench_function(format!("stream/{shape}"), |b| {
+            b.iter_custom(|n| read_stream(&stream, n))
+        });
+    }
     group.finish();
+}
+
+/// 4 096 envelopes like `envelope`, each with its own numbers (its `123456`s counting up).
+fn varied(envelope: &str) -> Vec<String> {
+    (0..4096)
+        .map(|i| envelope.replace("123456", &(123_456 + i).to_string()))
+        .collect()
+}
+
+/// Reads `n` envelopes of `stream` in turn, in batches of 400 handed to a thread that
+/// drops them; the time the reading took.
+fn read_stream(stream: &[String], n: u64) -> Duration {
+    let (tx, rx) = sync_channel::<Vec<Arc<Signal>>>(8);
+    let dropper = std::thread::spawn(move || rx.into_iter().for_each(drop));
+    let mut normalizer = Normalizer::new("sidecar:ui");
+    let started = Instant::now();
+    let mut envelopes = stream.iter().cycle().take(n as usize).peekable();
+    while envelopes.peek().is_some() {
+        normalizer.start_batch();
+        let batch = envelopes
+            .by_ref()
+            .take(400)
+            .filter_map(|text| normalizer.envelope_from_str(text).map(Arc::new))
+            .collect();
+        normalizer.end_batch();
+        // The dropper runs until the sender is dropped.
+        let _ = tx.send(batch);
+    }
+    let took = started.elapsed();
+    drop(tx);
+    let _ = dropper.join();
+    took
 }
 
 criterion_group!(benches, ingest);

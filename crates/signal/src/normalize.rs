@@ -60,6 +60,9 @@ pub struct Normalizer {
     clock: Option<i64>,
     /// A batch is being decoded: the reading is kept until it ends.
     batch: bool,
+    /// Where a repair on the text writes the payload and metadata it makes, before they
+    /// are copied into the signal (kept between signals: no allocation of its own).
+    scratch: String,
 }
 
 impl Normalizer {
@@ -70,6 +73,7 @@ impl Normalizer {
             last_timestamp: 0,
             clock: None,
             batch: false,
+            scratch: String::new(),
         }
     }
 
@@ -299,7 +303,14 @@ impl Normalizer {
                     source: &source,
                 };
                 let kept = |text: Option<&str>| text.map(LazyObject::from_canonical);
-                match well_known::repair_on_text(envelope, payload_fit, raw, Some(metadata)) {
+                let scratch = &mut self.scratch;
+                match well_known::repair_on_text(
+                    envelope,
+                    payload_fit,
+                    raw,
+                    Some(metadata),
+                    scratch,
+                ) {
                     TextRepair::Fits => (
                         kind,
                         kept(metadata),
@@ -307,21 +318,30 @@ impl Normalizer {
                         Left::Nothing,
                     ),
                     TextRepair::Repaired {
-                        payload,
+                        payload_len,
                         metadata: repaired,
                         invalid,
-                    } => (
-                        if invalid {
+                    } => {
+                        let kind = if invalid {
                             well_known::invalid_kind(&kind)
                         } else {
                             kind
-                        },
-                        repaired
-                            .map(LazyObject::from_canonical_string)
-                            .or_else(|| kept(metadata)),
-                        LazyObject::from_canonical_string(payload),
-                        Left::Nothing,
-                    ),
+                        };
+                        // The repaired payload is in `scratch`, followed by the metadata
+                        // when the repair changed it.
+                        let (payload, changed) = scratch.split_at(payload_len);
+                        let metadata = if repaired {
+                            Some(LazyObject::from_canonical(changed))
+                        } else {
+                            kept(metadata)
+                        };
+                        (
+                            kind,
+                            metadata,
+                            LazyObject::from_canonical(payload),
+                            Left::Nothing,
+                        )
+                    }
                     // Rare (see `TextRepair::Tree`): the repair on the signal, below.
                     TextRepair::Tree => (
                         kind,

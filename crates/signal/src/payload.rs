@@ -59,18 +59,10 @@ impl LazyObject {
         })
     }
 
-    /// Keeps `text`, already found canonical by [`canonical_object_len`].
+    /// Keeps `text`, already found (or made) canonical.
     pub(crate) fn from_canonical(text: &str) -> Self {
         LazyObject {
             raw: Some(text.into()),
-            tree: OnceLock::new(),
-        }
-    }
-
-    /// Keeps `text`, made canonical by its writer (a payload repaired on its text).
-    pub(crate) fn from_canonical_string(text: String) -> Self {
-        LazyObject {
-            raw: Some(text.into_boxed_str()),
             tree: OnceLock::new(),
         }
     }

@@ -542,11 +542,14 @@ pub(crate) enum TextRepair {
     /// It is valid as it is.
     Fits,
     /// Repaired on the text, exactly as [`repair`] repairs the tree: the payload's new
-    /// text, the metadata's new text when it changed, and whether the type becomes
-    /// `invalid.<type>`.
+    /// text was written to the buffer given, followed by the metadata's new text when it
+    /// changed; the type becomes `invalid.<type>` when `invalid`.
     Repaired {
-        payload: String,
-        metadata: Option<String>,
+        /// The length of the payload's text (the metadata's, if any, follows it).
+        payload_len: usize,
+        /// The metadata's new text follows the payload's.
+        metadata: bool,
+        /// The type becomes `invalid.<type>`.
         invalid: bool,
     },
     /// The repair needs the tree (more fields than [`Fit`] remembers, metadata not kept as
@@ -560,12 +563,13 @@ pub(crate) enum TextRepair {
 /// envelope, and the reason of an `invalid.<type>` follows from what the pass saw.
 /// `metadata` is the signal's metadata text (`Some(None)`: it has none; `None`: it is not
 /// kept as text). The result is canonical text, the same bytes [`repair`] gives on the
-/// tree, written into strings of their exact length.
+/// tree, written to `out` (emptied first): the payload, then the metadata if it changed.
 fn repair_text(
     fit: &Fit,
     raw: &str,
     envelope: Envelope<'_>,
     metadata: Option<Option<&str>>,
+    out: &mut String,
 ) -> TextRepair {
     if fit.fits() {
         return TextRepair::Fits;
@@ -575,14 +579,11 @@ fn repair_text(
     };
     let text = |m: &Member| &raw[m.from as usize..m.to as usize];
     // What the envelope fills in: `taskId` from `correlationId`, a required `agentId` from
-    // `source` (as JSON strings).
+    // `source`.
     let task = envelope
         .correlation_id
-        .filter(|_| fit.absent("taskId", false).is_some())
-        .map(json_string);
-    let agent = fit
-        .absent("agentId", true)
-        .map(|_| json_string(envelope.source));
+        .filter(|_| fit.absent("taskId", false).is_some());
+    let agent = fit.absent("agentId", true).map(|_| envelope.source);
     // What `check` would say of the payload then: its first field, in the type's order,
     // missing or not valid (no field it does not allow is left).
     let filled = |name: &str| match name {
@@ -606,37 +607,9 @@ fn repair_text(
     // The reason as a JSON string: the type's field names and descriptions need no escape,
     // so its words are the string's text as they are.
     let reason = reason.as_ref().map(Invalid::words);
-    let reason_len = reason.map(|words| 2 + words.iter().map(|w| w.len()).sum::<usize>());
-    let fills = [("taskId", &task), ("agentId", &agent)];
-    let fill_len =
-        |(name, value): &(&str, &Option<String>)| value.as_ref().map(|v| name.len() + 3 + v.len());
-    let payload_len = object_len(
-        members
-            .iter()
-            .filter(|m| m.stays)
-            .map(|m| text(m).len())
-            .chain(fills.iter().filter_map(fill_len)),
-    );
-    let mut payload = String::with_capacity(payload_len);
-    payload.push('{');
-    let mut first = true;
-    for m in members.iter().filter(|m| m.stays) {
-        push_member(&mut payload, &mut first, text(m));
-    }
-    for (name, value) in &fills {
-        if let Some(value) = value {
-            push_field(&mut payload, &mut first, name, value);
-        }
-    }
-    payload.push('}');
-    debug_assert_eq!(payload.len(), payload_len);
-
     let moved = members.iter().any(|m| !m.stays);
-    let extra_len =
-        moved.then(|| object_len(members.iter().filter(|m| !m.stays).map(|m| text(m).len())));
-    let metadata = if extra_len.is_none() && reason_len.is_none() {
-        None
-    } else {
+    // The metadata the repair adds to, checked before anything is written.
+    let existing = if moved || reason.is_some() {
         let Some(existing) = metadata else {
             return TextRepair::Tree;
         };
@@ -655,63 +628,65 @@ fn repair_text(
         if taken {
             return TextRepair::Tree;
         }
-        let additions = [
-            extra_len.map(|len| "extra".len() + 3 + len),
-            reason_len.map(|len| "invalid".len() + 3 + len),
-        ];
-        let inner = existing.len() - 2;
-        let len = object_len(
-            (inner > 0)
-                .then_some(inner)
-                .into_iter()
-                .chain(additions.into_iter().flatten()),
-        );
-        let mut text_out = String::with_capacity(len);
-        text_out.push_str(&existing[..existing.len() - 1]);
-        let mut first = inner == 0;
+        Some(existing)
+    } else {
+        None
+    };
+
+    out.clear();
+    out.push('{');
+    let mut first = true;
+    for m in members.iter().filter(|m| m.stays) {
+        push_member(out, &mut first, text(m));
+    }
+    if let Some(task) = task {
+        push_key(out, &mut first, "taskId");
+        push_json_string(out, task);
+    }
+    if let Some(agent) = agent {
+        push_key(out, &mut first, "agentId");
+        push_json_string(out, agent);
+    }
+    out.push('}');
+    let payload_len = out.len();
+
+    if let Some(existing) = existing {
+        out.push_str(&existing[..existing.len() - 1]);
+        let mut first = existing.len() == 2;
         if moved {
-            push_key(&mut text_out, &mut first, "extra");
+            push_key(out, &mut first, "extra");
             let mut first_extra = true;
-            text_out.push('{');
+            out.push('{');
             for m in members.iter().filter(|m| !m.stays) {
-                push_member(&mut text_out, &mut first_extra, text(m));
+                push_member(out, &mut first_extra, text(m));
             }
-            text_out.push('}');
+            out.push('}');
         }
         if let Some(words) = reason {
-            push_key(&mut text_out, &mut first, "invalid");
-            text_out.push('"');
-            words.iter().for_each(|w| text_out.push_str(w));
-            text_out.push('"');
+            push_key(out, &mut first, "invalid");
+            out.push('"');
+            words.iter().for_each(|w| out.push_str(w));
+            out.push('"');
         }
-        text_out.push('}');
-        debug_assert_eq!(text_out.len(), len);
-        Some(text_out)
-    };
+        out.push('}');
+    }
     TextRepair::Repaired {
-        payload,
-        metadata,
+        payload_len,
+        metadata: existing.is_some(),
         invalid: reason.is_some(),
     }
 }
 
-/// The length of a JSON object whose members (`"key":value`) have these lengths.
-fn object_len(members: impl Iterator<Item = usize>) -> usize {
-    let (n, len) = members.fold((0, 0), |(n, len), member| (n + 1, len + member));
-    2 + len + n.max(1) - 1
-}
-
-/// `s` as a JSON string, escaped as `serde_json` escapes it.
-fn json_string(s: &str) -> String {
+/// Appends `s` as a JSON string, escaped as `serde_json` escapes it.
+fn push_json_string(out: &mut String, s: &str) {
     if !s.bytes().any(crate::payload::needs_escape) {
-        let mut out = String::with_capacity(s.len() + 2);
         out.push('"');
         out.push_str(s);
         out.push('"');
-        return out;
+        return;
     }
     // A string: serializing it cannot fail.
-    serde_json::to_string(s).unwrap_or_default()
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
 /// Appends a member of an object being written (`"key":value`, as written), after a comma
@@ -732,12 +707,6 @@ fn push_key(out: &mut String, first: &mut bool, key: &str) {
     out.push('"');
     out.push_str(key);
     out.push_str("\":");
-}
-
-/// Appends `"key":value` (`value` already JSON).
-fn push_field(out: &mut String, first: &mut bool, key: &str, value: &str) {
-    push_key(out, first, key);
-    out.push_str(value);
 }
 
 /// Why a payload is not valid for its well-known type.
@@ -853,19 +822,21 @@ pub(crate) struct Envelope<'a> {
 /// payload that needs nothing (or of a type that is not well known), `Tree` when the
 /// repair needs the tree. `fit` is the payload's [`Fit`] when the reader of the envelope
 /// made it in its pass; `metadata` the envelope's metadata text (`Some(None)`: it has
-/// none; `None`: it is not kept as text).
+/// none; `None`: it is not kept as text). What is repaired is written to `out` (see
+/// [`TextRepair::Repaired`]).
 pub(crate) fn repair_on_text(
     envelope: Envelope<'_>,
     fit: Option<&Fit>,
     raw: &str,
     metadata: Option<Option<&str>>,
+    out: &mut String,
 ) -> TextRepair {
     if let Some(fit) = fit {
-        return repair_text(fit, raw, envelope, metadata);
+        return repair_text(fit, raw, envelope, metadata, out);
     }
     match spec(envelope.kind) {
         Some(fields) => match Fit::scan(fields, raw) {
-            Some(fit) => repair_text(&fit, raw, envelope, metadata),
+            Some(fit) => repair_text(&fit, raw, envelope, metadata, out),
             None => TextRepair::Tree,
         },
         None => TextRepair::Fits,
@@ -890,19 +861,20 @@ pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<&Fit>) -> bool {
             correlation_id: signal.correlation_id.as_deref(),
             source: &signal.source,
         };
-        match repair_on_text(envelope, fit, raw, metadata) {
+        let mut out = String::new();
+        match repair_on_text(envelope, fit, raw, metadata, &mut out) {
             TextRepair::Fits => return false,
             TextRepair::Repaired {
-                payload,
+                payload_len,
                 metadata,
                 invalid,
             } => {
-                signal.payload = LazyObject::from_canonical_string(payload);
-                if let Some(metadata) = metadata {
-                    signal.metadata = Some(LazyObject::from_canonical_string(metadata));
-                }
                 if invalid {
                     signal.kind = invalid_kind(&signal.kind);
+                }
+                signal.payload = LazyObject::from_canonical(&out[..payload_len]);
+                if metadata {
+                    signal.metadata = Some(LazyObject::from_canonical(&out[payload_len..]));
                 }
                 return true;
             }
