@@ -702,13 +702,16 @@ mod hot {
                 (n < MAX_HOT).then_some(n + 1)
             })
             .ok()?;
+            crate::worker_policy::connection_hot(true);
             Some(Hot(()))
         }
     }
 
     impl Drop for Hot {
         fn drop(&mut self) {
-            HOT.fetch_sub(1, Ordering::AcqRel);
+            if HOT.fetch_sub(1, Ordering::AcqRel) == 1 {
+                crate::worker_policy::connection_hot(false);
+            }
         }
     }
 
@@ -718,6 +721,9 @@ mod hot {
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn one_connection_at_a_time_is_hot() {
+            let _turn = crate::worker_policy::HOT_TESTS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let first = Hot::enter();
             assert!(first.is_some());
             assert!(Hot::enter().is_none(), "two at once");
@@ -727,6 +733,9 @@ mod hot {
 
         #[tokio::test]
         async fn a_runtime_of_one_thread_has_no_workers_to_leave() {
+            let _turn = crate::worker_policy::HOT_TESTS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             assert!(Hot::enter().is_none());
         }
     }
