@@ -104,6 +104,7 @@ pub fn serve(daemon: Daemon) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         // While a sidecar connection is hot, the workers yield the CPU to it.
+        .on_thread_start(patchbay_server::on_thread_start)
         .on_thread_unpark(patchbay_server::on_worker_unpark)
         .build()?;
     // On a worker thread, with the tasks it trades signals with: handing a batch to the

@@ -63,7 +63,7 @@ pub use config::{BadSetting, DEFAULT_LISTEN, Secret, Settings, SidecarConfig, pa
 pub use hub::{Format, TypeFilter};
 pub use inbound::{BadFrame, body_to_signals, ui_frame_to_signal, value_to_signal};
 pub use tap::{DEFAULT_TAP_URL, TapError, TapOptions, tap};
-pub use worker_policy::on_worker_unpark;
+pub use worker_policy::{on_thread_start, on_worker_unpark};
 
 /// The response header that names a sidecar's epoch (see the crate's documentation).
 pub const EPOCH_HEADER: &str = "x-patchbay-epoch";

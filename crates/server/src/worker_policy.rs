@@ -10,7 +10,9 @@
 //! thread; it runs on a core that is free, or when the running thread's turn ends. The
 //! connection's thread runs as `SCHED_OTHER`. Each worker sets its own policy as it wakes
 //! (a system call only when its policy changes), so once no connection is hot the workers
-//! are back to `SCHED_OTHER` as they wake: at low rates nothing changes.
+//! are back to `SCHED_OTHER` as they wake: at low rates nothing changes. A thread the
+//! runtime starts meanwhile (a worker, or one of its blocking pool) starts as
+//! `SCHED_OTHER`, whatever the thread that started it ran as.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +30,13 @@ thread_local! {
 /// of the moment.
 pub fn on_worker_unpark() {
     set_batch(YIELDING.load(Ordering::Relaxed));
+}
+
+/// Installed with the runtime's `on_thread_start`: a new thread (a worker, or one of the
+/// blocking pool, which never unparks as a worker does) starts as `SCHED_OTHER`, whatever
+/// the thread that started it ran as.
+pub fn on_thread_start() {
+    set_batch(false);
 }
 
 /// A connection became hot (`true`) or cooled (`false`); the thread that is to carry a hot
@@ -90,11 +99,12 @@ mod tests {
     }
 
     #[test]
-    fn workers_yield_while_a_connection_is_hot_and_the_hot_thread_does_not() {
+    fn workers_yield_while_a_connection_is_hot_and_no_other_thread_does() {
         let _turn = HOT_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_time()
+            .on_thread_start(on_thread_start)
             .on_thread_unpark(on_worker_unpark)
             .build()
             .unwrap();
@@ -113,6 +123,19 @@ mod tests {
         connection_hot(true);
         assert_eq!(policy(), libc::SCHED_OTHER, "the hot connection's thread");
         assert_eq!(on_a_worker(), (libc::SCHED_BATCH, Some(true)));
+        // A blocking thread started by a worker that yields does not inherit its policy.
+        connection_hot(true);
+        let blocking = runtime.block_on(async {
+            tokio::spawn(async {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                tokio::task::spawn_blocking(|| (policy(), is_batch()))
+                    .await
+                    .unwrap()
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(blocking, (libc::SCHED_OTHER, Some(false)));
         connection_hot(false);
         assert_eq!(on_a_worker(), (libc::SCHED_OTHER, Some(false)));
     }
