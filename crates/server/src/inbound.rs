@@ -22,10 +22,10 @@ pub fn ui_frame_to_signal(
     text: &str,
 ) -> Result<SharedSignal, BadFrame> {
     let text = text.trim();
-    // An envelope (the usual frame) is read straight into a signal, which moves once,
-    // into its `Arc`; anything else takes the general path.
-    if let Some(signal) = normalizer.envelope_from_str(text) {
-        return Ok(Arc::new(signal));
+    // An envelope (the usual frame) is read straight into a signal, made in its `Arc`;
+    // anything else takes the general path.
+    if let Some(signal) = normalizer.shared_envelope_from_str(text) {
+        return Ok(signal);
     }
     let value: Value =
         serde_json::from_str(text).map_err(|e| BadFrame(format!("not JSON: {e}")))?;

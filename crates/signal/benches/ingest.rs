@@ -8,7 +8,7 @@
 //! metadata's text into its frame, whatever the shape.)
 //!
 //! `stream/<shape>` reads as a sidecar's connection does: a stream of envelopes that differ
-//! (4 096 of them, in turn), in batches of 400 (a 64 KiB read), each signal in its `Arc`,
+//! (4 096 of them, in turn), in batches of 400 (a 64 KiB read), each signal made in its `Arc`,
 //! and the batches dropped on another thread (as the graph does), so that every free is
 //! one from another thread. It reports the time per envelope of the reading thread.
 //!
@@ -98,7 +98,7 @@ fn read_stream(stream: &[String], n: u64) -> Duration {
         let batch = envelopes
             .by_ref()
             .take(400)
-            .filter_map(|text| normalizer.envelope_from_str(text).map(Arc::new))
+            .filter_map(|text| normalizer.shared_envelope_from_str(text))
             .collect();
         normalizer.end_batch();
         // The dropper runs until the sender is dropped.

@@ -21,7 +21,7 @@ use crate::payload::{
     canonical_object_len, canonical_object_len_visiting, is_canonical_object, plain_len,
 };
 use crate::well_known::{self, ErrorPayload, Fit, Payload, Severity, TextRepair};
-use crate::{LazyObject, Object, Signal, SmallString, now_ms, truncate};
+use crate::{LazyObject, Object, SharedSignal, Signal, SmallString, now_ms, truncate};
 
 /// How much of a bad frame is kept in `metadata.raw`.
 pub const RAW_KEEP: usize = 512;
@@ -134,6 +134,18 @@ impl Normalizer {
     /// else (other JSON, or text that is not JSON): the caller takes the general path,
     /// which words the errors.
     pub fn envelope_from_str(&mut self, text: &str) -> Option<Signal> {
+        self.envelope_text(text)
+    }
+
+    /// [`envelope_from_str`](Normalizer::envelope_from_str), the signal made in its `Arc`:
+    /// for a caller that shares it (the sidecar's ingest), so that the signal is written
+    /// once, where it stays, rather than moved into its `Arc`.
+    pub fn shared_envelope_from_str(&mut self, text: &str) -> Option<SharedSignal> {
+        self.envelope_text(text)
+    }
+
+    /// [`envelope_from_str`](Normalizer::envelope_from_str), made into `M`.
+    fn envelope_text<M: Made>(&mut self, text: &str) -> Option<M> {
         if !text.trim_start().starts_with('{') {
             return None;
         }
@@ -142,9 +154,7 @@ impl Normalizer {
         if !plain_envelope(text, &mut fields) {
             fields = serde_json::from_str::<TopLevel>(text).ok()?.0?;
         }
-        let signal = self.build(&mut fields);
-        self.last_timestamp = signal.timestamp;
-        Some(signal)
+        Some(self.build(&mut fields))
     }
 
     /// Normalizes one JSON value to a valid signal: an envelope, an event, or bad input
@@ -222,7 +232,10 @@ impl Normalizer {
     /// The fields are borrowed, not moved: with the payload's [`Fit`] they are several
     /// hundred bytes, and copying them on each call took a tenth of the decoder's time in
     /// the ingest bench.
-    fn build(&mut self, fields: &mut Fields<'_>) -> Signal {
+    ///
+    /// The signal is made into `M` (itself, or its `Arc`) once it is complete, and not
+    /// moved after: a signal is a few hundred bytes, and each move a copy.
+    fn build<M: Made>(&mut self, fields: &mut Fields<'_>) -> M {
         let kind = std::mem::take(&mut fields.kind);
         let (id, timestamp, source) = (
             fields.id.take(),
@@ -375,7 +388,8 @@ impl Normalizer {
                 well_known::repair_on_tree(&mut signal);
             }
         }
-        signal
+        self.last_timestamp = signal.timestamp;
+        M::made(signal)
     }
 
     /// An envelope's `metadata` and `payload` for the signal: kept as text, or trees, with
@@ -544,6 +558,24 @@ fn plain_integer(bytes: &[u8], at: usize) -> Option<(i64, usize)> {
         .iter()
         .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
     Some((if negative { -value } else { value }, from + len))
+}
+
+/// What [`Normalizer::build`] makes a signal into.
+trait Made {
+    /// `signal`, made into this (moved once, into its place).
+    fn made(signal: Signal) -> Self;
+}
+
+impl Made for Signal {
+    fn made(signal: Signal) -> Self {
+        signal
+    }
+}
+
+impl Made for SharedSignal {
+    fn made(signal: Signal) -> Self {
+        SharedSignal::new(signal)
+    }
 }
 
 /// The repair left to make once an envelope's signal is made.
@@ -980,6 +1012,25 @@ mod tests {
         // Out of a batch each signal reads the clock: never earlier than the batch's.
         let later = n.decode_text(r#"{"type":"d"}"#).unwrap().into_signal();
         assert!(later.timestamp >= signals[0].timestamp);
+    }
+
+    #[test]
+    fn a_shared_envelope_is_the_envelope_in_its_arc() {
+        for text in [
+            r#"{"id":"a","type":"text_delta","timestamp":5,"source":"s","payload":{"agentId":"x","content":"y"},"metadata":{"t0":1}}"#,
+            r#"{"id":"b","type":"text_delta","timestamp":5,"source":"s","payload":{"agentId":"x","text":"y","seq":1}}"#,
+            r#"{"id":"c","type":"loadgen.tick","timestamp":5,"payload":{"n": 1},"extra":true}"#,
+        ] {
+            let (mut plain, mut shared) = (n(), n());
+            let signal = plain.envelope_from_str(text).unwrap();
+            assert_eq!(
+                *shared.shared_envelope_from_str(text).unwrap(),
+                signal,
+                "{text}"
+            );
+            assert_eq!(shared.last_timestamp(), plain.last_timestamp());
+        }
+        assert!(n().shared_envelope_from_str("[1]").is_none());
     }
 
     #[test]
