@@ -704,8 +704,48 @@ mod tests {
         assert_eq!(has(r#"{"a":{"seq":1}}"#), Some(false));
         assert_eq!(has(r#"{"a":"\"seq\":1","b":["seq"]}"#), Some(false));
         assert_eq!(has(r#"{"sequence":1,"xseq":2}"#), Some(false));
+        assert_eq!(has(r#"{"x\"seq":1}"#), Some(false));
+        assert_eq!(has(r#"{"x\"seq":1,"seq":2}"#), Some(true));
+        assert_eq!(has(r#"{"a":[{"seq":1}],"b":"{\"seq\":"}"#), Some(false));
+        assert_eq!(
+            has(r#"{"extra":{"seq":1,"t0":2},"n":{"seq":{"seq":3}},"seq":4}"#),
+            Some(true)
+        );
         assert_eq!(has(r#"{}"#), Some(false));
         assert_eq!(LazyObject::new().raw_has_key("seq"), None);
+    }
+
+    #[test]
+    fn raw_has_key_agrees_with_the_tree_on_generated_objects() {
+        use patchbay_testkit::prng::Rng;
+        // Values that nest `seq` as a key, hide it in strings, or neither.
+        fn value(rng: &mut Rng, depth: usize) -> Value {
+            let strings = ["seq", "\"seq\":", "{\"seq\":1}", "x"];
+            match rng.below(if depth > 2 { 3 } else { 5 }) {
+                0 => Value::from(rng.below(1000)),
+                1 => Value::from(strings[rng.below(strings.len())]),
+                2 => Value::Null,
+                3 => Value::Array((0..rng.below(3)).map(|_| value(rng, depth + 1)).collect()),
+                _ => Value::Object(object(rng, depth + 1)),
+            }
+        }
+        fn object(rng: &mut Rng, depth: usize) -> Object {
+            let keys = ["seq", "extra", "a\"seq", "sequence", "t0"];
+            (0..rng.below(4))
+                .map(|_| (keys[rng.below(keys.len())].to_owned(), value(rng, depth)))
+                .collect()
+        }
+        let mut rng = Rng(7);
+        for _ in 0..5000 {
+            let tree = object(&mut rng, 0);
+            let text = serde_json::to_string(&tree).unwrap();
+            let lazy = LazyObject::from_json(&text).unwrap();
+            assert_eq!(
+                lazy.raw_has_key("seq"),
+                Some(tree.contains_key("seq")),
+                "{text}"
+            );
+        }
     }
 
     #[test]
