@@ -234,20 +234,17 @@ impl Normalizer {
     /// the ingest bench.
     ///
     /// The signal is made into `M` (itself, or its `Arc`) once it is complete, and not
-    /// moved after: a signal is a few hundred bytes, and each move a copy.
+    /// moved after: a signal is 200 bytes, and each move a copy. Its timestamp becomes the
+    /// decoder's last good one.
     fn build<M: Made>(&mut self, fields: &mut Fields<'_>) -> M {
         let kind = std::mem::take(&mut fields.kind);
-        let (id, timestamp, source) = (
-            fields.id.take(),
-            fields.timestamp.take(),
-            fields.source.take(),
-        );
+        let id = fields.id.take();
+        let timestamp = fields.timestamp.take();
+        let source = fields.source.take();
         let correlation_id = fields.correlation_id.take();
-        let (metadata, payload, rest) = (
-            fields.metadata.take(),
-            fields.payload.take(),
-            fields.rest.take(),
-        );
+        let metadata = fields.metadata.take();
+        let payload = fields.payload.take();
+        let rest = fields.rest.take();
         let payload_fit = fields.payload_fit.as_ref();
         // Fields that do not fit where they belong, kept under `metadata.unknown` (in the
         // order below, then the rest in the producer's).
