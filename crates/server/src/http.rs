@@ -780,8 +780,7 @@ impl Ingest {
                 Ok(None) => break Ok(messages),
                 Ok(Some(Incoming::Message(text, payload))) => {
                     messages += 1;
-                    let bytes = socket.reader.bytes(&payload);
-                    match (std::str::from_utf8(bytes), text) {
+                    match (socket.reader.text(&payload), text) {
                         (Ok(frame), _) => self.take(state, frame),
                         (Err(_), true) => break Err(Ended::Failed(Violation::NotUtf8)),
                         (Err(_), false) => {

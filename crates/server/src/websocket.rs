@@ -64,12 +64,23 @@ impl Violation {
     }
 }
 
-/// Where a message's bytes are.
+/// Where a message's bytes are: read them with [`Reader::bytes`] or [`Reader::text`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Payload {
+pub struct Payload(Place);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
     /// In the reader's buffer (a message of one frame, the usual case), until more bytes
     /// are added to it.
-    InBuffer(Range<usize>),
+    InBuffer {
+        /// The payload's place in the buffer.
+        range: Range<usize>,
+        /// Every byte is ASCII (found while unmasking): as text, it needs no UTF-8 check.
+        ascii: bool,
+        /// The reader's [`fills`](Reader::fills) when the frame was read: the bytes are
+        /// the payload's while it has not changed.
+        fill: u64,
+    },
     /// Put together from fragments.
     Assembled(Vec<u8>),
 }
@@ -97,6 +108,8 @@ pub struct Reader {
     partial: Option<(bool, Vec<u8>)>,
     /// How much a read takes at most ([`READ_CHUNK`] unless told otherwise).
     chunk: usize,
+    /// How many times bytes were added (each may move the ones not consumed).
+    fills: u64,
 }
 
 impl Reader {
@@ -108,6 +121,7 @@ impl Reader {
             max,
             partial: None,
             chunk: READ_CHUNK,
+            fills: 0,
         }
     }
 
@@ -117,8 +131,10 @@ impl Reader {
         self.buffer.extend_from_slice(bytes);
     }
 
-    /// Drops the consumed bytes, so the buffer holds only what is not decoded yet.
+    /// Drops the consumed bytes, so the buffer holds only what is not decoded yet (before
+    /// bytes are added).
     fn compact(&mut self) {
+        self.fills += 1;
         if self.at > 0 {
             self.buffer.drain(..self.at);
             self.at = 0;
@@ -148,9 +164,28 @@ impl Reader {
 
     /// The bytes of a message's payload.
     pub fn bytes<'a>(&'a self, payload: &'a Payload) -> &'a [u8] {
-        match payload {
-            Payload::InBuffer(range) => &self.buffer[range.clone()],
-            Payload::Assembled(bytes) => bytes,
+        match &payload.0 {
+            Place::InBuffer { range, .. } => &self.buffer[range.clone()],
+            Place::Assembled(bytes) => bytes,
+        }
+    }
+
+    /// A message's payload as text, when it is UTF-8.
+    pub fn text<'a>(&'a self, payload: &'a Payload) -> Result<&'a str, std::str::Utf8Error> {
+        match &payload.0 {
+            Place::InBuffer {
+                range,
+                ascii: true,
+                fill,
+            } if *fill == self.fills => {
+                let bytes = &self.buffer[range.clone()];
+                // SAFETY: `unmask` found every byte ASCII as it wrote them, and the bytes of a
+                // frame read are not changed until bytes are added (which counts a fill), so
+                // they are UTF-8. (The check would read every byte of every message again.)
+                #[allow(unsafe_code)]
+                Ok(unsafe { std::str::from_utf8_unchecked(bytes) })
+            }
+            _ => std::str::from_utf8(self.bytes(payload)),
         }
     }
 
@@ -164,7 +199,7 @@ impl Reader {
     /// needed. After a violation the stream is unusable (the caller closes it).
     pub fn decode_next(&mut self) -> Result<Option<Incoming>, Violation> {
         loop {
-            let Some((header, payload)) = self.frame()? else {
+            let Some((header, payload, ascii)) = self.frame()? else {
                 return Ok(None);
             };
             let opcode = header & 0x0f;
@@ -180,7 +215,8 @@ impl Reader {
                     }
                     bytes.extend_from_slice(&self.buffer[payload]);
                     if fin {
-                        return Ok(Some(Incoming::Message(text, Payload::Assembled(bytes))));
+                        let payload = Payload(Place::Assembled(bytes));
+                        return Ok(Some(Incoming::Message(text, payload)));
                     }
                     self.partial = Some((text, bytes));
                 }
@@ -190,7 +226,12 @@ impl Reader {
                     }
                     let text = opcode == 0x1;
                     if fin {
-                        return Ok(Some(Incoming::Message(text, Payload::InBuffer(payload))));
+                        let payload = Payload(Place::InBuffer {
+                            range: payload,
+                            ascii,
+                            fill: self.fills,
+                        });
+                        return Ok(Some(Incoming::Message(text, payload)));
                     }
                     self.partial = Some((text, self.buffer[payload].to_vec()));
                 }
@@ -203,9 +244,10 @@ impl Reader {
         }
     }
 
-    /// The next whole frame: its first header byte and its payload's place in the buffer,
-    /// unmasked there; `None` when more bytes are needed.
-    fn frame(&mut self) -> Result<Option<(u8, Range<usize>)>, Violation> {
+    /// The next whole frame: its first header byte, its payload's place in the buffer
+    /// (unmasked there) and whether the payload is all ASCII; `None` when more bytes are
+    /// needed.
+    fn frame(&mut self) -> Result<Option<(u8, Range<usize>, bool)>, Violation> {
         let bytes = &self.buffer[self.at..];
         let [first, second, ..] = *bytes else {
             return Ok(None);
@@ -253,9 +295,9 @@ impl Reader {
         }
         let start = self.at + header_len;
         let payload = start..start + length;
-        unmask(&mut self.buffer[payload.clone()], mask);
+        let ascii = unmask(&mut self.buffer[payload.clone()], mask);
         self.at = payload.end;
-        Ok(Some((first, payload)))
+        Ok(Some((first, payload, ascii)))
     }
 }
 
@@ -299,19 +341,25 @@ fn may_send_close_code(code: u16) -> bool {
     matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
 }
 
-/// Removes a client's mask (XOR with the 4-byte key, repeated), eight bytes at a time.
-fn unmask(bytes: &mut [u8], mask: [u8; 4]) {
+/// Removes a client's mask (XOR with the 4-byte key, repeated), eight bytes at a time;
+/// returns whether every byte is then ASCII (what a text message's UTF-8 check would
+/// otherwise read the bytes again for).
+fn unmask(bytes: &mut [u8], mask: [u8; 4]) -> bool {
     let word = u64::from_ne_bytes([
         mask[0], mask[1], mask[2], mask[3], mask[0], mask[1], mask[2], mask[3],
     ]);
+    let mut seen = 0u64;
     let mut chunks = bytes.chunks_exact_mut(8);
     for chunk in &mut chunks {
         let value = u64::from_ne_bytes(chunk.try_into().unwrap_or_default()) ^ word;
+        seen |= value;
         chunk.copy_from_slice(&value.to_ne_bytes());
     }
     for (byte, key) in chunks.into_remainder().iter_mut().zip(mask.iter().cycle()) {
         *byte ^= key;
+        seen |= u64::from(*byte);
     }
+    seen & 0x8080_8080_8080_8080 == 0
 }
 
 /// Appends an unmasked frame (a server's) with `opcode` and `payload` to `out`.
@@ -426,7 +474,7 @@ mod tests {
     fn text(reader: &mut Reader) -> Option<String> {
         match reader.decode_next().expect("no violation")? {
             Incoming::Message(true, payload) => {
-                Some(String::from_utf8(reader.bytes(&payload).to_vec()).unwrap())
+                Some(reader.text(&payload).expect("UTF-8").to_owned())
             }
             other => panic!("{other:?}"),
         }
@@ -453,6 +501,48 @@ mod tests {
                 assert!(!reader.is_mid_frame());
             }
         }
+    }
+
+    #[test]
+    fn a_message_is_text_when_it_is_utf8_whether_ascii_or_not() {
+        let cases: [(&[u8], bool); 4] = [
+            (b"plain ascii, longer than a word", true),
+            ("h\u{e9}llo w\u{f6}rld \u{2713}".as_bytes(), true),
+            (b"bad \xff byte", false),
+            (b"cut \xe2\x9c", false),
+        ];
+        for (message, utf8) in cases {
+            // In one frame, and in two fragments.
+            let mut reader = Reader::new(1000);
+            reader.push(&client_frame(0x81, message, [3, 1, 4, 1]));
+            let mid = message.len() / 2;
+            reader.push(&client_frame(0x01, &message[..mid], [5, 9, 2, 6]));
+            reader.push(&client_frame(0x80, &message[mid..], [5, 3, 5, 8]));
+            for _ in 0..2 {
+                let Ok(Some(Incoming::Message(true, payload))) = reader.decode_next() else {
+                    panic!("a text message");
+                };
+                let text = reader.text(&payload);
+                assert_eq!(text.is_ok(), utf8, "{message:?}");
+                if let Ok(text) = text {
+                    assert_eq!(text.as_bytes(), message);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_payload_read_before_bytes_were_added_is_checked_again() {
+        let mut reader = Reader::new(100);
+        reader.push(&client_frame(0x81, b"abc", [1, 2, 3, 4]));
+        let Ok(Some(Incoming::Message(true, payload))) = reader.decode_next() else {
+            panic!("a text message");
+        };
+        assert_eq!(reader.text(&payload), Ok("abc"));
+        // Adding bytes drops the consumed ones: the old place now holds other bytes (here
+        // the next frame's payload, not ASCII), which are checked, not trusted.
+        reader.push(&client_frame(0x81, &[0xc3; 8], [0, 0, 0, 0]));
+        assert!(reader.text(&payload).is_err());
     }
 
     #[test]
@@ -705,8 +795,20 @@ mod tests {
                 .enumerate()
                 .map(|(i, b)| b ^ key[i % 4])
                 .collect();
-            unmask(&mut bytes, key);
+            assert!(unmask(&mut bytes, key));
             assert_eq!(bytes, plain);
+            // A byte beyond ASCII anywhere, in a whole word or in the rest, is seen.
+            for at in 0..len {
+                let mut bytes = plain.clone();
+                bytes[at] = 0xc3;
+                let mut masked: Vec<u8> = bytes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| b ^ key[i % 4])
+                    .collect();
+                assert!(!unmask(&mut masked, key), "len {len}, at {at}");
+                assert_eq!(masked, bytes);
+            }
         }
     }
 }
