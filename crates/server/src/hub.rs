@@ -291,16 +291,30 @@ impl Part {
             put_str(out, c);
         }
         out.push_str(",\"metadata\":");
-        // Metadata kept as its text, without a `seq` of its own: the text with `seq` added
-        // last, the same bytes as serializing its tree and `seq`.
-        let kept = s.metadata.as_ref().and_then(|meta| {
-            meta.raw_json()
-                .filter(|_| meta.raw_has_key("seq") == Some(false))
-        });
+        // Metadata kept as its text: the text without a `seq` of its own (this sidecar's
+        // numbering replaces it) and with `seq` added last, the same bytes as serializing
+        // its tree and `seq`.
+        let kept = s
+            .metadata
+            .as_ref()
+            .and_then(|meta| Some((meta.raw_json()?, meta.raw_field("seq")?)));
         match kept {
-            Some(raw) => {
-                out.push_str(&raw[..raw.len() - 1]);
-                if raw.len() > 2 {
+            Some((raw, own_seq)) => {
+                let body = &raw[..raw.len() - 1];
+                match own_seq {
+                    None => out.push_str(body),
+                    Some(field) => {
+                        // The field and the comma before it (after it, when it is first).
+                        let (cut_from, cut_to) = if field.start > 1 {
+                            (field.start - 1, field.end)
+                        } else {
+                            (field.start, (field.end + 1).min(body.len()))
+                        };
+                        out.push_str(&body[..cut_from]);
+                        out.push_str(&body[cut_to..]);
+                    }
+                }
+                if !out.ends_with('{') {
                     out.push(',');
                 }
                 out.push_str("\"seq\":");
@@ -1330,6 +1344,9 @@ mod tests {
             (r#"{"t0":1}"#, r#"{"t0":1,"seq":7}"#),
             ("{}", r#"{"seq":7}"#),
             (r#"{"seq":3,"a":[1]}"#, r#"{"a":[1],"seq":7}"#),
+            (r#"{"seq":3}"#, r#"{"seq":7}"#),
+            (r#"{"a":{"seq":1},"seq":3}"#, r#"{"a":{"seq":1},"seq":7}"#),
+            (r#"{"a":1,"seq":3,"b":2}"#, r#"{"a":1,"b":2,"seq":7}"#),
             (r#"{"a": 1}"#, r#"{"a":1,"seq":7}"#),
         ] {
             let text = format!(r#"{{"type":"x","id":"i","timestamp":1,"metadata":{metadata}}}"#);
@@ -1338,8 +1355,53 @@ mod tests {
             let f = frame(7, Arc::clone(&signal));
             let v: serde_json::Value = serde_json::from_str(f.as_str(Format::Sajou)).unwrap();
             assert_eq!(v["metadata"].to_string(), expected, "{metadata}");
+            // Parsed only when it came pretty-printed (not kept as text).
             let kept = signal.metadata.as_ref().unwrap();
-            assert_eq!(kept.is_parsed(), kept.raw_has_key("seq") != Some(false));
+            assert_eq!(kept.is_parsed(), kept.raw_json().is_none(), "{metadata}");
+        }
+    }
+
+    #[test]
+    fn metadata_text_with_seq_anywhere_reads_as_its_tree_with_seq() {
+        // Every object of up to three fields from these keys and values, in every order:
+        // `seq` first, between, last, nested, in a string, or absent.
+        let keys = ["seq", "a", "extra"];
+        let values = [r#"1"#, r#"{"seq":2,"b":[3]}"#, r#""x,\"seq\":""#];
+        let mut objects = vec![String::from("{}")];
+        for n in 1..=3 {
+            let count = (keys.len() * values.len()).pow(n);
+            for mut code in 0..count {
+                let mut fields = Vec::new();
+                for _ in 0..n {
+                    let pick = code % (keys.len() * values.len());
+                    code /= keys.len() * values.len();
+                    fields.push((keys[pick % keys.len()], values[pick / keys.len()]));
+                }
+                let mut names: Vec<_> = fields.iter().map(|f| f.0).collect();
+                names.sort_unstable();
+                names.dedup();
+                if names.len() == fields.len() {
+                    let text: Vec<_> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    objects.push(format!("{{{}}}", text.join(",")));
+                }
+            }
+        }
+        for text in objects {
+            let metadata = LazyObject::from_json(&text).expect("canonical");
+            let mut signal = Signal::new("x", "test:a", Object::new());
+            signal.metadata = Some(metadata);
+            let f = frame(9, Arc::new(signal));
+            let tree: Object = serde_json::from_str(&text).unwrap();
+            let expected = serde_json::to_string(&MetaWithSeq {
+                meta: Some(&LazyObject::from(tree)),
+                seq: 9,
+            })
+            .unwrap();
+            let sajou = f.as_str(Format::Sajou);
+            assert!(
+                sajou.contains(&format!(",\"metadata\":{expected},")),
+                "{text}: {sajou}"
+            );
         }
     }
 

@@ -74,14 +74,12 @@ impl LazyObject {
         self.raw.as_deref()
     }
 
-    /// Whether the kept text has a top-level field `key` (a plain key, without escapes);
-    /// `None` when no text is kept.
-    pub fn raw_has_key(&self, key: &str) -> Option<bool> {
+    /// Where the kept text has the top-level field `key` (a plain key, without escapes):
+    /// the span of `"key":value`, for a writer that copies the text without it. `None` when
+    /// no text is kept, `Some(None)` when the text has no such field.
+    pub fn raw_field(&self, key: &str) -> Option<Option<Range<usize>>> {
         let raw = self.raw.as_deref()?;
-        // A key that appears nowhere in the text is not there (the usual answer, found by
-        // the fast substring search); else `fields_of_canonical` reports `false` when the
-        // visit stopped: at `key` at the top level.
-        Some(raw.contains(key) && !fields_of_canonical(raw, |k, _| k != key))
+        Some(field_of_canonical(raw, key))
     }
 
     /// Whether the tree has been built (for tests and measurements).
@@ -352,6 +350,50 @@ pub(crate) fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) 
             _ => false,
         }
     })
+}
+
+/// The span of the top-level field `key` (`"key":value`; `key` a plain key, without
+/// escapes) in canonical object text, if it has one.
+fn field_of_canonical(text: &str, key: &str) -> Option<Range<usize>> {
+    let bytes = text.as_bytes();
+    let name = key.as_bytes();
+    // A quote inside a string is escaped, so a quote right after `{` or `,` opens a key:
+    // `{"key":` and `,"key":` are the only ways a field `key` is written, at any depth. The
+    // object's own brace is the text's first byte: after it, the first top-level field.
+    let value_from = name.len() + 4;
+    if bytes.get(1) == Some(&b'"')
+        && bytes.get(2..value_from - 2) == Some(name)
+        && bytes.get(value_from - 2..value_from) == Some(&b"\":"[..])
+    {
+        return Some(1..value_end(bytes, value_from));
+    }
+    // After any other brace it is the first field of a nested object; after a comma its
+    // depth is not known from here. No `,"key":` (the usual answer, found by the fast
+    // substring search): no field `key` at the top level.
+    let mut needle = [0u8; 32];
+    let Some(after_comma) = needle.get_mut(..name.len() + 4) else {
+        return walked_field(text, name);
+    };
+    after_comma[..2].copy_from_slice(b",\"");
+    after_comma[2..name.len() + 2].copy_from_slice(name);
+    after_comma[name.len() + 2..].copy_from_slice(b"\":");
+    match std::str::from_utf8(after_comma) {
+        Ok(after_comma) if !text.contains(after_comma) => None,
+        _ => walked_field(text, name),
+    }
+}
+
+/// [`field_of_canonical`] by walking the top-level fields.
+fn walked_field(text: &str, name: &[u8]) -> Option<Range<usize>> {
+    let bytes = text.as_bytes();
+    let mut found = None;
+    spans_of_canonical(text, |key, value| {
+        if &bytes[key.clone()] == name {
+            found = Some(key.start - 1..value.end);
+        }
+        found.is_none()
+    });
+    found
 }
 
 /// [`fields_of_canonical`] by byte spans: each top-level field's key (between its quotes)
@@ -697,26 +739,33 @@ mod tests {
     }
 
     #[test]
-    fn raw_has_key_sees_top_level_keys_only() {
-        let has = |text: &str| LazyObject::from_json(text).unwrap().raw_has_key("seq");
-        assert_eq!(has(r#"{"seq":1}"#), Some(true));
-        assert_eq!(has(r#"{"a":{"seq":1},"seq":2}"#), Some(true));
-        assert_eq!(has(r#"{"a":{"seq":1}}"#), Some(false));
-        assert_eq!(has(r#"{"a":"\"seq\":1","b":["seq"]}"#), Some(false));
-        assert_eq!(has(r#"{"sequence":1,"xseq":2}"#), Some(false));
-        assert_eq!(has(r#"{"x\"seq":1}"#), Some(false));
-        assert_eq!(has(r#"{"x\"seq":1,"seq":2}"#), Some(true));
-        assert_eq!(has(r#"{"a":[{"seq":1}],"b":"{\"seq\":"}"#), Some(false));
+    fn raw_field_finds_top_level_fields_only() {
+        let has = |text: &str| {
+            let lazy = LazyObject::from_json(text).unwrap();
+            let span = lazy.raw_field("seq");
+            span.map(|s| s.map(|s| text[s].to_owned()))
+        };
+        let seq = |value: &str| Some(Some(format!("\"seq\":{value}")));
+        assert_eq!(has(r#"{"seq":1}"#), seq("1"));
+        assert_eq!(has(r#"{"seq":{"seq":1},"a":2}"#), seq(r#"{"seq":1}"#));
+        assert_eq!(has(r#"{"a":{"seq":1},"seq":2}"#), seq("2"));
+        assert_eq!(has(r#"{"a":{"seq":1}}"#), Some(None));
+        assert_eq!(has(r#"{"a":{"b":1,"seq":1}}"#), Some(None));
+        assert_eq!(has(r#"{"a":"\"seq\":1","b":["seq"]}"#), Some(None));
+        assert_eq!(has(r#"{"sequence":1,"xseq":2}"#), Some(None));
+        assert_eq!(has(r#"{"x\"seq":1}"#), Some(None));
+        assert_eq!(has(r#"{"x\"seq":1,"seq":2}"#), seq("2"));
+        assert_eq!(has(r#"{"a":[{"seq":1}],"b":"{\"seq\":"}"#), Some(None));
         assert_eq!(
-            has(r#"{"extra":{"seq":1,"t0":2},"n":{"seq":{"seq":3}},"seq":4}"#),
-            Some(true)
+            has(r#"{"extra":{"seq":1,"t0":2},"n":{"seq":{"seq":3}},"seq":"4"}"#),
+            seq(r#""4""#)
         );
-        assert_eq!(has(r#"{}"#), Some(false));
-        assert_eq!(LazyObject::new().raw_has_key("seq"), None);
+        assert_eq!(has(r#"{}"#), Some(None));
+        assert_eq!(LazyObject::new().raw_field("seq"), None);
     }
 
     #[test]
-    fn raw_has_key_agrees_with_the_tree_on_generated_objects() {
+    fn raw_field_agrees_with_the_tree_on_generated_objects() {
         use patchbay_testkit::prng::Rng;
         // Values that nest `seq` as a key, hide it in strings, or neither.
         fn value(rng: &mut Rng, depth: usize) -> Value {
@@ -740,11 +789,9 @@ mod tests {
             let tree = object(&mut rng, 0);
             let text = serde_json::to_string(&tree).unwrap();
             let lazy = LazyObject::from_json(&text).unwrap();
-            assert_eq!(
-                lazy.raw_has_key("seq"),
-                Some(tree.contains_key("seq")),
-                "{text}"
-            );
+            let span = lazy.raw_field("seq").unwrap().map(|s| &text[s]);
+            let field = tree.get("seq").map(|v| format!("\"seq\":{v}"));
+            assert_eq!(span, field.as_deref(), "{text}");
         }
     }
 
