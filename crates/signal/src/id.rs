@@ -43,7 +43,7 @@ pub(crate) fn next_id_at(now: u64) -> SmallString {
     // Random for each millisecond (and process), plus the count: ids of one millisecond
     // follow each other.
     let random = (seed(ms) & ((1u128 << 79) - 1)) + u128::from(state & ((1 << COUNT_BITS) - 1));
-    encode((u128::from(ms) << 80) | random)
+    encode(ms, random)
 }
 
 /// 128 bits that look random, the same for every id of millisecond `ms` in this process.
@@ -69,14 +69,26 @@ fn seed(ms: u64) -> u128 {
     (u128::from(next()) << 64) | u128::from(next())
 }
 
-fn encode(mut value: u128) -> SmallString {
+/// The ULID text of millisecond `ms` (48 bits) and `random` (80 bits): 10 characters of 5
+/// bits for the time (its top 2 bits zero), 16 for the random part, written as three groups
+/// of 64-bit words (what a 128-bit shift per character costs, twice over, is not needed).
+fn encode(ms: u64, random: u128) -> SmallString {
     let mut out = [0u8; 26];
-    for slot in out.iter_mut().rev() {
+    let (time, rest) = out.split_at_mut(10);
+    let (high, low) = rest.split_at_mut(8);
+    put_base32(time, ms);
+    put_base32(high, (random >> 40) as u64);
+    put_base32(low, random as u64 & ((1 << 40) - 1));
+    // The alphabet is ASCII, and 26 bytes fit inline.
+    SmallString::from_ascii(&out).unwrap_or_default()
+}
+
+/// Writes the low `5 * slots.len()` bits of `value` into `slots`, most significant first.
+fn put_base32(slots: &mut [u8], mut value: u64) {
+    for slot in slots.iter_mut().rev() {
         *slot = ALPHABET[(value & 31) as usize];
         value >>= 5;
     }
-    // The alphabet is ASCII, and 26 bytes fit inline.
-    SmallString::from_ascii(&out).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -108,6 +120,25 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), count);
+    }
+
+    #[test]
+    fn encoding_is_the_128_bit_value_in_base_32() {
+        let mut x = 0x0123_4567_89AB_CDEFu64;
+        for _ in 0..1000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let ms = x >> 16;
+            let random = (u128::from(x) << 64 | u128::from(x.rotate_left(17))) & ((1 << 80) - 1);
+            let mut value = (u128::from(ms) << 80) | random;
+            let mut expected = [0u8; 26];
+            for slot in expected.iter_mut().rev() {
+                *slot = ALPHABET[(value & 31) as usize];
+                value >>= 5;
+            }
+            assert_eq!(encode(ms, random).as_bytes(), &expected);
+        }
     }
 
     #[test]
