@@ -70,8 +70,8 @@ fn seed(ms: u64) -> u128 {
 }
 
 /// The ULID text of millisecond `ms` (48 bits) and `random` (80 bits): 10 characters of 5
-/// bits for the time (its top 2 bits zero), 16 for the random part, written as three groups
-/// of 64-bit words (what a 128-bit shift per character costs, twice over, is not needed).
+/// bits for the time (its top 2 bits zero), then 8 for each 40-bit half of the random part,
+/// each group from a 64-bit word (a 128-bit shift costs two).
 fn encode(ms: u64, random: u128) -> SmallString {
     let mut out = [0u8; 26];
     let (time, rest) = out.split_at_mut(10);
