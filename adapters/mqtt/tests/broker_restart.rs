@@ -48,8 +48,11 @@ async fn broken_mid_stream(version: &str, how: Break) {
         Break::Restart => broker.url(),
         Break::Cut => format!("mqtt://127.0.0.1:{}", proxy.port),
     };
+    // The output's queue holds the whole run: a full `block` queue holds the engine, and the
+    // source, waiting to hand over, would notice the break only at a keep-alive ping, 30 or
+    // 60 s later (docs/pipelines.md, "Queues"). This test is about the MQTT links' promise.
     let mut graph = Graph::start(&format!(
-        "[outputs.out]\ntype = \"mqtt\"\ninputs = [\"feed\"]\nurl = \"{url}\"\nversion = \"{version}\"\n\
+        "[outputs.out]\ntype = \"mqtt\"\nqueue = {N}\ninputs = [\"feed\"]\nurl = \"{url}\"\nversion = \"{version}\"\n\
          topic = \"{prefix}/{{type}}\"\nclient_id = \"{prefix}-out\"\n{retry}\n\n\
          [sources.in]\ntype = \"mqtt\"\nurl = \"{url}\"\nversion = \"{version}\"\ntopics = [\"{prefix}/#\"]\n\
          client_id = \"{prefix}-in\"\nclean_session = false\n{retry}\n\n\
