@@ -354,7 +354,7 @@ pub(crate) fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) 
 
 /// The span of the top-level field `key` (`"key":value`; `key` a plain key, without
 /// escapes) in canonical object text, if it has one.
-fn field_of_canonical(text: &str, key: &str) -> Option<Range<usize>> {
+pub(crate) fn field_of_canonical(text: &str, key: &str) -> Option<Range<usize>> {
     let bytes = text.as_bytes();
     let name = key.as_bytes();
     // A quote inside a string is escaped, so a quote right after `{` or `,` opens a key:

@@ -615,17 +615,9 @@ fn repair_text(
         };
         let existing = existing.unwrap_or("{}");
         // A field already there is replaced in place by the tree's insert: rare, left to
-        // it. (A name that appears nowhere in the text is not a key: the usual answer,
-        // found without reading the metadata.)
-        let mut taken = false;
-        let named = |name: &str| existing.contains(name);
-        if (moved && named("extra")) || (reason.is_some() && named("invalid")) {
-            crate::payload::fields_of_canonical(existing, |key, _| {
-                taken |= (key == "extra" && moved) || (key == "invalid" && reason.is_some());
-                !taken
-            });
-        }
-        if taken {
+        // it.
+        let has = |name: &str| crate::payload::field_of_canonical(existing, name).is_some();
+        if (moved && has("extra")) || (reason.is_some() && has("invalid")) {
             return TextRepair::Tree;
         }
         Some(existing)
