@@ -368,18 +368,19 @@ pub(crate) fn field_of_canonical(text: &str, key: &str) -> Option<Range<usize>> 
         return Some(1..value_end(bytes, value_from));
     }
     // After any other brace it is the first field of a nested object; after a comma its
-    // depth is not known from here. No `,"key":` (the usual answer, found by the fast
-    // substring search): no field `key` at the top level.
-    let mut needle = [0u8; 32];
-    let Some(after_comma) = needle.get_mut(..name.len() + 4) else {
-        return walked_field(text, name);
+    // depth is not known from here. No `,"key":` (the usual answer, found by looking at
+    // what follows each comma: canonical objects have few, and a substring searcher costs
+    // more to set up than this whole look): no field `key` at the top level.
+    let after_comma = |i: usize| {
+        bytes[i + 1..]
+            .strip_prefix(b"\"")
+            .and_then(|rest| rest.strip_prefix(name))
+            .is_some_and(|rest| rest.starts_with(b"\":"))
     };
-    after_comma[..2].copy_from_slice(b",\"");
-    after_comma[2..name.len() + 2].copy_from_slice(name);
-    after_comma[name.len() + 2..].copy_from_slice(b"\":");
-    match std::str::from_utf8(after_comma) {
-        Ok(after_comma) if !text.contains(after_comma) => None,
-        _ => walked_field(text, name),
+    if memchr::memchr_iter(b',', bytes).any(after_comma) {
+        walked_field(text, name)
+    } else {
+        None
     }
 }
 
