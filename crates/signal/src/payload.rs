@@ -516,8 +516,8 @@ impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
 
     fn value(&mut self) -> bool {
         match self.peek() {
-            Some(b'{') => self.nested(Self::object),
-            Some(b'[') => self.nested(Self::array),
+            Some(b'{') => self.nested(|scan| scan.object()),
+            Some(b'[') => self.nested(|scan| scan.array()),
             Some(b'"') => self.string().is_some(),
             Some(b't') => self.literal(b"true"),
             Some(b'f') => self.literal(b"false"),
@@ -527,7 +527,8 @@ impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
         }
     }
 
-    fn nested(&mut self, read: fn(&mut Self) -> bool) -> bool {
+    #[inline(always)]
+    fn nested(&mut self, read: impl FnOnce(&mut Self) -> bool) -> bool {
         if self.depth >= MAX_DEPTH {
             return false;
         }
@@ -607,6 +608,7 @@ impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
     }
 
     /// A string with only the escapes `serde_json` writes; the span between its quotes.
+    #[inline(always)]
     fn string(&mut self) -> Option<(usize, usize)> {
         if !self.eat(b'"') {
             return None;
