@@ -543,10 +543,7 @@ fn plain_string(text: &str, at: usize) -> Option<(&str, usize)> {
 fn plain_integer(bytes: &[u8], at: usize) -> Option<(i64, usize)> {
     let negative = bytes.get(at) == Some(&b'-');
     let from = at + usize::from(negative);
-    let len = bytes[from..]
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .count();
+    let len = crate::payload::digits_len(&bytes[from..]);
     let digits = &bytes[from..from + len];
     if !(1..=18).contains(&len) || (digits[0] == b'0' && (len > 1 || negative)) {
         return None;

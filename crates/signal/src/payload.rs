@@ -293,6 +293,33 @@ pub fn plain_len(bytes: &[u8]) -> usize {
         .unwrap_or(bytes.len() - at)
 }
 
+/// How many ASCII digits `bytes` starts with, eight bytes at a time (numbers are in every
+/// envelope: counts, indexes, stamps of 19 digits).
+pub(crate) fn digits_len(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // As in `plain_len`: `(x - n…) & !x & 0x80…` flags the first byte below `n` exactly;
+    // `(x + (0x7f - n)…) | x` flags each byte above `n` (a carry out of a byte of 0x80 or
+    // more lands only after a byte already flagged).
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let below = w.wrapping_sub(ONES * u64::from(b'0')) & !w;
+        let above = w.wrapping_add(ONES * u64::from(0x7f - b'9')) | w;
+        let found = (below | above) & HIGH;
+        if found != 0 {
+            return at + (found.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at + bytes[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count()
+}
+
 /// The length of the canonical object (see [`is_canonical_object`]) that `text` starts
 /// with, whatever follows it; `None` when `text` does not start with one.
 pub(crate) fn canonical_object_len(text: &str) -> Option<usize> {
@@ -636,11 +663,7 @@ impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
         let from = self.at;
         let negative = bytes[from] == b'-';
         let digits_from = from + usize::from(negative);
-        let mut end = digits_from
-            + bytes[digits_from..]
-                .iter()
-                .take_while(|b| b.is_ascii_digit())
-                .count();
+        let mut end = digits_from + digits_len(&bytes[digits_from..]);
         let integer =
             end > digits_from && !matches!(bytes.get(end), Some(b'-' | b'+' | b'.' | b'e' | b'E'));
         if !integer {
@@ -689,6 +712,28 @@ impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn digits_len_stops_at_the_first_byte_that_is_not_a_digit() {
+        let naive = |b: &[u8]| b.iter().take_while(|c| c.is_ascii_digit()).count();
+        // Every byte at every position of runs of digits of several lengths, with a second
+        // stop byte after the first, and bytes around the thresholds after it.
+        for len in 0..24 {
+            let base: Vec<u8> = (0..len).map(|i| b'0' + (i % 10) as u8).collect();
+            assert_eq!(digits_len(&base), len);
+            for at in 0..len {
+                for stop in 0..=255u8 {
+                    let mut text = base.clone();
+                    text[at] = stop;
+                    assert_eq!(digits_len(&text), naive(&text), "{text:?}");
+                    if at + 1 < len {
+                        text[at + 1] = 0xff;
+                        assert_eq!(digits_len(&text), naive(&text), "{text:?}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn plain_len_stops_at_the_first_byte_that_needs_an_escape() {

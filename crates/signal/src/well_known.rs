@@ -532,7 +532,11 @@ fn fits_value(kind: Kind, value: &str) -> bool {
         Kind::Bool => value == "true" || value == "false",
         Kind::Obj => value.starts_with('{'),
         // Digits alone are a whole number ≥ 0 (a float beyond 64 bits, still whole).
-        Kind::Count | Kind::Amount if value.bytes().all(|b| b.is_ascii_digit()) => true,
+        Kind::Count | Kind::Amount
+            if crate::payload::digits_len(value.as_bytes()) == value.len() =>
+        {
+            true
+        }
         _ => serde_json::from_str::<Value>(value).is_ok_and(|v| fits(kind, &v)),
     }
 }
