@@ -20,7 +20,7 @@ use crate::id::next_id_at;
 use crate::payload::{
     canonical_object_len, canonical_object_len_visiting, is_canonical_object, plain_len,
 };
-use crate::well_known::{self, ErrorPayload, Fit, Payload, Severity, TextRepair};
+use crate::well_known::{self, ErrorPayload, Fit, MetadataFields, Payload, Severity, TextRepair};
 use crate::{LazyObject, Object, SharedSignal, Signal, SmallString, now_ms, truncate};
 
 /// How much of a bad frame is kept in `metadata.raw`.
@@ -222,6 +222,7 @@ impl Normalizer {
             payload: obj.shift_remove("payload").map(ObjectField::tree),
             rest: (!obj.is_empty()).then(|| Box::new(obj)),
             payload_fit: None,
+            metadata_fields: None,
         };
         self.build(&mut fields)
     }
@@ -246,6 +247,7 @@ impl Normalizer {
         let payload = fields.payload.take();
         let rest = fields.rest.take();
         let payload_fit = fields.payload_fit.as_ref();
+        let metadata_fields = fields.metadata_fields.take();
         // Fields that do not fit where they belong, kept under `metadata.unknown` (in the
         // order below, then the rest in the producer's).
         let mut unknown: Vec<(String, Value)> = Vec::new();
@@ -320,6 +322,7 @@ impl Normalizer {
                     payload_fit,
                     raw,
                     Some(metadata),
+                    metadata_fields,
                     scratch,
                 ) {
                     TextRepair::Fits => (
@@ -486,9 +489,14 @@ fn plain_envelope_fields<'a>(text: &'a str, fields: &mut Fields<'a>) -> Option<(
                     fields.payload_fit = kind.as_deref().and_then(Fit::of);
                 }
                 let rest = &text[at..];
-                let len = match &mut fields.payload_fit {
-                    Some(fit) if matches!(key, Key::Payload) => {
+                let len = match (&key, &mut fields.payload_fit) {
+                    (Key::Payload, Some(fit)) => {
                         canonical_object_len_visiting(rest, |k, v| fit.field(rest, k, v))?
+                    }
+                    // The fields a repair would write into the metadata, seen in the same pass.
+                    (Key::Metadata, _) => {
+                        let known = fields.metadata_fields.insert(MetadataFields::default());
+                        canonical_object_len_visiting(rest, |k, _| known.saw(&rest.as_bytes()[k]))?
                     }
                     _ => canonical_object_len(rest)?,
                 };
@@ -599,6 +607,9 @@ struct Fields<'a> {
     /// The check of a payload read as text against its well-known type (made in the pass
     /// that read it): nothing to repair when it fits, and what the repair needs when not.
     payload_fit: Option<Fit>,
+    /// The fields a repair writes that a metadata read as text already has (seen in the
+    /// pass that read it).
+    metadata_fields: Option<MetadataFields>,
 }
 
 /// An envelope's `payload` or `metadata`: an object kept as its text, or any value as a
@@ -718,6 +729,7 @@ impl<'de> serde::Deserialize<'de> for TopLevel<'de> {
                     payload: None,
                     rest: None,
                     payload_fit: None,
+                    metadata_fields: None,
                 };
                 while let Some(key) = map.next_key::<Key>()? {
                     if let Key::Payload | Key::Metadata = key {
@@ -861,6 +873,7 @@ mod tests {
                 .and_then(|t| t.0)
         }
         // Read in one pass, as the general reading reads them.
+        let mut metadata_seen = 0;
         for text in [
             r#"{"type":"text_delta","source":"loadgen","payload":{"agentId":"a","content":"token 1","index":1},"metadata":{"t0":17}}"#,
             r#"{"id":"01J","type":"x.y","timestamp":0,"source":"s","correlationId":"c","metadata":{},"payload":{"a":[1,{"b":null}],"c":"é\n"}}"#,
@@ -868,6 +881,8 @@ mod tests {
             r#"{"type":"x","timestamp":999999999999999999}"#,
             "  {\"type\":\"x\",\"payload\":{\"a\":1}}\n",
             r#"{"payload":{"a":1},"type":"ünïcode"}"#,
+            r#"{"type":"x","metadata":{"t0":1,"extra":{"invalid":2},"invalid":"y"},"payload":{}}"#,
+            r#"{"type":"x","metadata":{"a":{"extra":1},"b":[{"invalid":2}]}}"#,
         ] {
             let mut plain = Fields::default();
             assert!(plain_envelope(text, &mut plain), "{text}");
@@ -880,8 +895,25 @@ mod tests {
                 "{text}"
             );
             plain.payload_fit = None;
+            // What the pass saw of the metadata's fields, which the repair would look for
+            // in its text otherwise.
+            if let Some(seen) = plain.metadata_fields.take() {
+                metadata_seen += 1;
+                let Some(ObjectField::Text(m)) = plain.metadata else {
+                    panic!("fields seen of a metadata not kept as text: {text}");
+                };
+                let looked = MetadataFields {
+                    extra: crate::payload::field_of_canonical(m, "extra").is_some(),
+                    invalid: crate::payload::field_of_canonical(m, "invalid").is_some(),
+                };
+                assert_eq!(seen, looked, "{text}");
+            }
             assert_eq!(Some(plain), general(text), "{text}");
         }
+        assert_eq!(
+            metadata_seen, 4,
+            "every metadata kept as text has its fields seen"
+        );
         // Left to the general reading (which reads each, or refuses it).
         for text in [
             r#"{"type":"x","extra":1}"#,
@@ -1054,6 +1086,11 @@ mod tests {
             r#"{"payload":{"agentId":"a","text":"hi"},"type":"text_delta","id":"i","timestamp":1,"metadata":{"t0":3}}"#,
             r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","content":"hi","seq":1},"metadata":{"extra":{"y":2},"t0":3}}"#,
             r#"{"type":"text_delta","id":"i","timestamp":1,"zeta":1,"payload":{"agentId":"a","content":"hi","seq":1},"metadata":{"t0":3}}"#,
+            // The metadata's fields that the repair writes, seen in the reading pass: at
+            // the top level (after another field, or before the payload), and only nested.
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","text":"hi"},"metadata":{"t0":3,"invalid":"x"}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"metadata":{"t0":3,"extra":1},"payload":{"agentId":"a","content":"hi","seq":1}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","text":"hi"},"metadata":{"t0":{"extra":1,"invalid":2},"a":[{"extra":3}]}}"#,
         ];
         for text in cases {
             let slow = n()

@@ -561,18 +561,43 @@ pub(crate) enum TextRepair {
     Tree,
 }
 
+/// Which of the fields a repair writes into the metadata (`extra`, `invalid`) its text
+/// already has at the top level, when the reader of the envelope saw the metadata's fields
+/// in its pass (so that the repair need not look for them again).
+#[derive(Clone, Copy, Default)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
+pub(crate) struct MetadataFields {
+    /// It has a top-level `extra`.
+    pub extra: bool,
+    /// It has a top-level `invalid`.
+    pub invalid: bool,
+}
+
+impl MetadataFields {
+    /// Notes the top-level key `key` (as written between its quotes).
+    pub(crate) fn saw(&mut self, key: &[u8]) {
+        match key {
+            b"extra" => self.extra = true,
+            b"invalid" => self.invalid = true,
+            _ => {}
+        }
+    }
+}
+
 /// [`repair`] on a payload's canonical text `raw`, from what [`Fit`] saw in its one pass
 /// and without building a tree: the fields that stay are copied as written, in order, the
 /// others go to `metadata.extra` as written, `taskId` and `agentId` are appended from the
 /// envelope, and the reason of an `invalid.<type>` follows from what the pass saw.
 /// `metadata` is the signal's metadata text (`Some(None)`: it has none; `None`: it is not
-/// kept as text). The result is canonical text, the same bytes [`repair`] gives on the
-/// tree, written to `out` (emptied first): the payload, then the metadata if it changed.
+/// kept as text), `known` what the reader of the envelope saw of its fields, if it did.
+/// The result is canonical text, the same bytes [`repair`] gives on the tree, written to
+/// `out` (emptied first): the payload, then the metadata if it changed.
 fn repair_text(
     fit: &Fit,
     raw: &str,
     envelope: Envelope<'_>,
     metadata: Option<Option<&str>>,
+    known: Option<MetadataFields>,
     out: &mut String,
 ) -> TextRepair {
     if fit.fits() {
@@ -620,8 +645,12 @@ fn repair_text(
         let existing = existing.unwrap_or("{}");
         // A field already there is replaced in place by the tree's insert: rare, left to
         // it.
-        let has = |name: &str| crate::payload::field_of_canonical(existing, name).is_some();
-        if (moved && has("extra")) || (reason.is_some() && has("invalid")) {
+        let has = |seen: Option<bool>, name: &str| {
+            seen.unwrap_or_else(|| crate::payload::field_of_canonical(existing, name).is_some())
+        };
+        if (moved && has(known.map(|k| k.extra), "extra"))
+            || (reason.is_some() && has(known.map(|k| k.invalid), "invalid"))
+        {
             return TextRepair::Tree;
         }
         Some(existing)
@@ -818,21 +847,22 @@ pub(crate) struct Envelope<'a> {
 /// payload that needs nothing (or of a type that is not well known), `Tree` when the
 /// repair needs the tree. `fit` is the payload's [`Fit`] when the reader of the envelope
 /// made it in its pass; `metadata` the envelope's metadata text (`Some(None)`: it has
-/// none; `None`: it is not kept as text). What is repaired is written to `out` (see
-/// [`TextRepair::Repaired`]).
+/// none; `None`: it is not kept as text), `known` what that reader saw of its fields, if it
+/// did. What is repaired is written to `out` (see [`TextRepair::Repaired`]).
 pub(crate) fn repair_on_text(
     envelope: Envelope<'_>,
     fit: Option<&Fit>,
     raw: &str,
     metadata: Option<Option<&str>>,
+    known: Option<MetadataFields>,
     out: &mut String,
 ) -> TextRepair {
     if let Some(fit) = fit {
-        return repair_text(fit, raw, envelope, metadata, out);
+        return repair_text(fit, raw, envelope, metadata, known, out);
     }
     match spec(envelope.kind) {
         Some(fields) => match Fit::scan(fields, raw) {
-            Some(fit) => repair_text(&fit, raw, envelope, metadata, out),
+            Some(fit) => repair_text(&fit, raw, envelope, metadata, known, out),
             None => TextRepair::Tree,
         },
         None => TextRepair::Fits,
@@ -858,7 +888,7 @@ pub(crate) fn repair_fitted(signal: &mut Signal, fit: Option<&Fit>) -> bool {
             source: &signal.source,
         };
         let mut out = String::new();
-        match repair_on_text(envelope, fit, raw, metadata, &mut out) {
+        match repair_on_text(envelope, fit, raw, metadata, None, &mut out) {
             TextRepair::Fits => return false,
             TextRepair::Repaired {
                 payload_len,
