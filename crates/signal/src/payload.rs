@@ -266,58 +266,60 @@ pub fn needs_escape(b: u8) -> bool {
 /// here).
 #[inline]
 pub fn plain_len(bytes: &[u8]) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
     // The classic zero-byte test, `(x - 0x01…) & !x & 0x80…`, flags the first byte that
     // is zero exactly (a borrow can only flag bytes after it): zero in `quote` is a `"`,
     // in `backslash` a `\`, and `w` below 0x20 per byte is a control character.
-    let mut at = 0;
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(word);
-        let quote = w ^ (ONES * u64::from(b'"'));
-        let backslash = w ^ (ONES * u64::from(b'\\'));
-        let found = ((quote.wrapping_sub(ONES) & !quote)
-            | (backslash.wrapping_sub(ONES) & !backslash)
-            | (w.wrapping_sub(ONES * 0x20) & !w))
-            & HIGH;
-        if found != 0 {
-            return at + (found.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    at + bytes[at..]
-        .iter()
-        .position(|&b| needs_escape(b))
-        .unwrap_or(bytes.len() - at)
+    run_len(
+        bytes,
+        |w| {
+            let quote = w ^ (ONES * u64::from(b'"'));
+            let backslash = w ^ (ONES * u64::from(b'\\'));
+            (quote.wrapping_sub(ONES) & !quote)
+                | (backslash.wrapping_sub(ONES) & !backslash)
+                | (w.wrapping_sub(ONES * 0x20) & !w)
+        },
+        |b| !needs_escape(b),
+    )
 }
 
 /// How many ASCII digits `bytes` starts with, eight bytes at a time (numbers are in every
 /// envelope: counts, indexes, stamps of 19 digits).
 pub(crate) fn digits_len(bytes: &[u8]) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // As in `plain_len`: `(x - n…) & !x & 0x80…` flags the first byte below `n` exactly;
+    // As in `plain_len`, `(x - n…) & !x` flags the first byte below `n` exactly; and
     // `(x + (0x7f - n)…) | x` flags each byte above `n` (a carry out of a byte of 0x80 or
     // more lands only after a byte already flagged).
+    run_len(
+        bytes,
+        |w| {
+            let below = w.wrapping_sub(ONES * u64::from(b'0')) & !w;
+            let above = w.wrapping_add(ONES * u64::from(0x7f - b'9')) | w;
+            below | above
+        },
+        |b| b.is_ascii_digit(),
+    )
+}
+
+/// A byte of ones in each of a word's eight bytes.
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// How many bytes at the start of `bytes` belong to a run, eight at a time: `ends` maps a
+/// word of eight bytes to one whose high bit is set in the first byte that ends the run and
+/// in none before it (the bytes after it do not matter), and `belongs` tells the bytes
+/// after the last whole word.
+#[inline(always)]
+fn run_len(bytes: &[u8], ends: impl Fn(u64) -> u64, belongs: impl Fn(u8) -> bool) -> usize {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut at = 0;
     while let Some(chunk) = bytes.get(at..at + 8) {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(word);
-        let below = w.wrapping_sub(ONES * u64::from(b'0')) & !w;
-        let above = w.wrapping_add(ONES * u64::from(0x7f - b'9')) | w;
-        let found = (below | above) & HIGH;
+        let found = ends(u64::from_le_bytes(word)) & HIGH;
         if found != 0 {
             return at + (found.trailing_zeros() / 8) as usize;
         }
         at += 8;
     }
-    at + bytes[at..]
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .count()
+    at + bytes[at..].iter().take_while(|&&b| belongs(b)).count()
 }
 
 /// The length of the canonical object (see [`is_canonical_object`]) that `text` starts
@@ -716,8 +718,8 @@ mod tests {
     #[test]
     fn digits_len_stops_at_the_first_byte_that_is_not_a_digit() {
         let naive = |b: &[u8]| b.iter().take_while(|c| c.is_ascii_digit()).count();
-        // Every byte at every position of runs of digits of several lengths, with a second
-        // stop byte after the first, and bytes around the thresholds after it.
+        // Every byte value at every position of runs of digits of several lengths, alone and
+        // with 0xff after it (whose carry must not hide it).
         for len in 0..24 {
             let base: Vec<u8> = (0..len).map(|i| b'0' + (i % 10) as u8).collect();
             assert_eq!(digits_len(&base), len);
