@@ -10,7 +10,9 @@ use patchbay_signal::normalize::Normalizer;
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let mut normalizer = Normalizer::new(patchbay_fuzz::SOURCE);
     if let Ok(signals) = body_to_signals(&mut normalizer, data) {
-        signals.iter().for_each(|signal| patchbay_fuzz::check_signal(signal));
+        signals
+            .iter()
+            .for_each(|signal| patchbay_fuzz::check_signal(signal));
     }
     let text = patchbay_fuzz::text(data);
     if let Ok(signal) = ui_frame_to_signal(&mut normalizer, text) {

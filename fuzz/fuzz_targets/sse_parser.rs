@@ -10,11 +10,7 @@ const MAX_EVENT: usize = 256;
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let mut parser = SseParser::with_limits(MAX_LINE, MAX_EVENT);
     let check = |e: patchbay_sse::SseEventRef<'_>| {
-        assert!(
-            e.data.len() < MAX_EVENT,
-            "event of {} bytes",
-            e.data.len()
-        );
+        assert!(e.data.len() < MAX_EVENT, "event of {} bytes", e.data.len());
     };
     for part in data.chunks(patchbay_fuzz::chunk_size(data)) {
         parser.feed_ref(part, check);
