@@ -371,7 +371,7 @@ pub fn canonical_fields(text: &str, visit: impl FnMut(&str, &str) -> bool) -> bo
 
 /// [`canonical_fields`] of text already known to be canonical (a kept payload's): the
 /// spans are found without checking anything again.
-pub(crate) fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) -> bool) -> bool {
+fn fields_of_canonical(text: &str, mut visit: impl FnMut(&str, &str) -> bool) -> bool {
     spans_of_canonical(text, |key, value| {
         // Both spans start and end next to ASCII bytes: they lie on character boundaries.
         match (text.get(key), text.get(value)) {
