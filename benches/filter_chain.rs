@@ -14,7 +14,7 @@ use patchbay_signal::{SharedSignal, Signal, object};
 /// The allocator the `patchbay` binary runs with (src/main.rs), so that the figures are
 /// the binary's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: patchbay_allocator::MiMalloc = patchbay_allocator::MiMalloc;
 
 const OPERATORS: &str = r#"
 [sources.in]

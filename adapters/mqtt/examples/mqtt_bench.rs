@@ -31,7 +31,7 @@ use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use tokio::sync::mpsc;
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: patchbay_allocator::MiMalloc = patchbay_allocator::MiMalloc;
 
 /// How long without a new message before a run counts as over (nothing is lost at QoS 1:
 /// this only guards against a hang).

@@ -34,7 +34,7 @@ use patchbay_signal::{Signal, object};
 use tokio::sync::mpsc;
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: patchbay_allocator::MiMalloc = patchbay_allocator::MiMalloc;
 
 /// How long without a new message before a run counts as over.
 const QUIET: Duration = Duration::from_secs(2);

@@ -26,7 +26,7 @@ use patchbay_signal::normalize::Normalizer;
 /// The allocator the `patchbay` binary runs with (its `src/main.rs`), so that the figures
 /// are the binary's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: patchbay_allocator::MiMalloc = patchbay_allocator::MiMalloc;
 
 /// The load generator's envelope: no id and no timestamp (both made up on ingest).
 const ENVELOPE: &str = r#"{"type":"text_delta","source":"loadgen","payload":{"agentId":"load","content":"token 123456 of the stream","index":123456},"metadata":{"t0":1764172345123456789}}"#;
