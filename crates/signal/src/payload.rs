@@ -604,7 +604,7 @@ impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
                 return false;
             }
             let value_from = self.at;
-            if !self.value() {
+            if !self.member_value() {
                 return false;
             }
             if self.depth == 1 {
@@ -617,6 +617,17 @@ impl<F: FnMut(Range<usize>, Range<usize>)> Scan<'_, F> {
             }
         }
         true
+    }
+
+    /// A member's value: strings and numbers (most values) read here, without a call
+    /// through [`value`](Self::value) and its frame.
+    #[inline(always)]
+    fn member_value(&mut self) -> bool {
+        match self.peek() {
+            Some(b'"') => self.string().is_some(),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => self.value(),
+        }
     }
 
     fn array(&mut self) -> bool {
