@@ -469,14 +469,17 @@ impl Fit {
     /// between its quotes) and of its value's JSON text.
     pub(crate) fn field(&mut self, text: &str, key: Range<usize>, value: Range<usize>) {
         let (from, to) = (key.start.saturating_sub(1), value.end);
-        let (Some(key), Some(value)) = (text.get(key), text.get(value)) else {
+        // As bytes: the spans lie next to ASCII punctuation, and a `str` would check that
+        // again for each.
+        let bytes = text.as_bytes();
+        let (Some(key), Some(value)) = (bytes.get(key), bytes.get(value)) else {
             self.stray = true;
             return;
         };
         // Keys are compared as written: a field name has no character that needs
         // escaping, so a key with an escape is never one of them (and is unknown, as for
         // `check`).
-        let named = |f: &Field| crate::payload::same_key(f.name.as_bytes(), key.as_bytes());
+        let named = |f: &Field| crate::payload::same_key(f.name.as_bytes(), key);
         let stays = match self.fields.iter().position(named) {
             Some(i) if i < 64 => {
                 let field = &self.fields[i];
@@ -525,19 +528,15 @@ impl Fit {
     }
 }
 
-/// Whether a field's JSON text `value` is valid for `kind`.
-fn fits_value(kind: Kind, value: &str) -> bool {
+/// Whether a field's JSON text `value` (of a canonical object) is valid for `kind`.
+fn fits_value(kind: Kind, value: &[u8]) -> bool {
     match kind {
-        Kind::Str => value.starts_with('"'),
-        Kind::Bool => value == "true" || value == "false",
-        Kind::Obj => value.starts_with('{'),
+        Kind::Str => value.first() == Some(&b'"'),
+        Kind::Bool => value == b"true" || value == b"false",
+        Kind::Obj => value.first() == Some(&b'{'),
         // Digits alone are a whole number ≥ 0 (a float beyond 64 bits, still whole).
-        Kind::Count | Kind::Amount
-            if crate::payload::digits_len(value.as_bytes()) == value.len() =>
-        {
-            true
-        }
-        _ => serde_json::from_str::<Value>(value).is_ok_and(|v| fits(kind, &v)),
+        Kind::Count | Kind::Amount if crate::payload::digits_len(value) == value.len() => true,
+        _ => serde_json::from_slice::<Value>(value).is_ok_and(|v| fits(kind, &v)),
     }
 }
 
