@@ -2,9 +2,9 @@
 //! input says, and checking what comes out the way the decoders' tests do (every signal,
 //! bad-input reports included, valid against sajou's schema and patchbay's typed check).
 
-use patchbay_signal::Signal;
 use patchbay_signal::decode::StreamDecoder;
 use patchbay_signal::normalize::Decoded;
+use patchbay_signal::{LazyObject, Signal};
 
 /// The `source` given to the decoders under test.
 pub const SOURCE: &str = "fuzz";
@@ -40,9 +40,31 @@ pub fn check_decoded(decoded: &[Decoded]) {
     patchbay_testkit::validity::assert_all_decoded_valid(decoded);
 }
 
-/// Panics unless `signal` is valid.
+/// Panics unless `signal` is valid, and unless its metadata and payload, where kept as
+/// text, answer for their fields as their trees do (see [`check_kept`]).
 pub fn check_signal(signal: &Signal) {
     patchbay_testkit::validity::assert_valid(signal);
+    for kept in signal.metadata.iter().chain([&signal.payload]) {
+        check_kept(kept);
+    }
+}
+
+/// Panics unless an object kept as text finds each of its plain keys at the top level, as
+/// its field written with its value, and does not find a name that is no key (the keys a
+/// reading pass noted answer most of these without the text: they must agree with it).
+pub fn check_kept(kept: &LazyObject) {
+    let Some(raw) = kept.raw_json() else {
+        return;
+    };
+    let tree: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(raw).expect("kept text is a JSON object");
+    let plain = |key: &&str| !key.bytes().any(patchbay_signal::payload::needs_escape);
+    let keys = tree.keys().map(String::as_str).filter(plain);
+    for name in keys.chain(["seq", "extra", "invalid", "a"]) {
+        let written = tree.get(name).map(|v| format!("\"{name}\":{v}"));
+        let found = kept.raw_field(name).map(|f| f.map(|f| &raw[f]));
+        assert_eq!(found, Some(written.as_deref()), "{name} in {raw}");
+    }
 }
 
 /// `data` as text: its valid UTF-8 prefix (the text APIs take `&str`).

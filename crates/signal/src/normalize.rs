@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 
 use crate::id::next_id_at;
 use crate::payload::{
-    canonical_object_len, canonical_object_len_visiting, is_canonical_object, plain_len,
+    KeySet, canonical_object_len, canonical_object_len_visiting, is_canonical_object, plain_len,
 };
 use crate::well_known::{self, ErrorPayload, Fit, MetadataFields, Payload, Severity, TextRepair};
 use crate::{LazyObject, Object, SharedSignal, Signal, SmallString, now_ms, truncate};
@@ -315,7 +315,16 @@ impl Normalizer {
                     correlation_id: correlation_id.as_deref(),
                     source: &source,
                 };
-                let kept = |text: Option<&str>| text.map(LazyObject::from_canonical);
+                // The metadata's top-level keys: those its pass saw, none when there is no
+                // metadata (the repair starts from `{}`), any when no pass noted them.
+                let keys = match (metadata, metadata_fields) {
+                    (None, _) => KeySet::NONE,
+                    (Some(_), Some(seen)) => seen.keys,
+                    (Some(_), None) => KeySet::ANY,
+                };
+                let kept = |text: Option<&str>| {
+                    text.map(|text| LazyObject::from_canonical_with_keys(text, keys))
+                };
                 let scratch = &mut self.scratch;
                 match well_known::repair_on_text(
                     envelope,
@@ -345,7 +354,8 @@ impl Normalizer {
                         // when the repair changed it.
                         let (payload, changed) = scratch.split_at(payload_len);
                         let metadata = if repaired {
-                            Some(LazyObject::from_canonical(changed))
+                            let keys = keys.with("extra").with("invalid");
+                            Some(LazyObject::from_canonical_with_keys(changed, keys))
                         } else {
                             kept(metadata)
                         };
@@ -902,11 +912,20 @@ mod tests {
                 let Some(ObjectField::Text(m)) = plain.metadata else {
                     panic!("fields seen of a metadata not kept as text: {text}");
                 };
-                let looked = MetadataFields {
-                    extra: crate::payload::field_of_canonical(m, "extra").is_some(),
-                    invalid: crate::payload::field_of_canonical(m, "invalid").is_some(),
-                };
-                assert_eq!(seen, looked, "{text}");
+                assert_eq!(
+                    (seen.extra, seen.invalid),
+                    (
+                        crate::payload::field_of_canonical(m, "extra").is_some(),
+                        crate::payload::field_of_canonical(m, "invalid").is_some(),
+                    ),
+                    "{text}"
+                );
+                assert!(
+                    crate::payload::canonical_fields(m, |key, _| seen
+                        .keys
+                        .may_have(key.as_bytes())),
+                    "every key seen: {text}"
+                );
             }
             assert_eq!(Some(plain), general(text), "{text}");
         }
@@ -1091,6 +1110,13 @@ mod tests {
             r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","text":"hi"},"metadata":{"t0":3,"invalid":"x"}}"#,
             r#"{"type":"text_delta","id":"i","timestamp":1,"metadata":{"t0":3,"extra":1},"payload":{"agentId":"a","content":"hi","seq":1}}"#,
             r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","text":"hi"},"metadata":{"t0":{"extra":1,"invalid":2},"a":[{"extra":3}]}}"#,
+            // A metadata with its own `seq` (which the sidecar looks for), at the top level
+            // or nested, kept, repaired, or absent before the repair.
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","content":"hi","index":1},"metadata":{"t0":3,"seq":9}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","text":"hi"},"metadata":{"seq":9,"t0":{"seq":1}}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","content":"hi","seq":1},"metadata":{"seq":4}}"#,
+            r#"{"type":"text_delta","id":"i","timestamp":1,"payload":{"agentId":"a","content":"hi","seq":1}}"#,
+            r#"{"type":"x.y","id":"i","timestamp":1,"payload":{"a":1},"metadata":{"n":{"seq":2},"tags":[1]}}"#,
         ];
         for text in cases {
             let slow = n()
@@ -1111,6 +1137,22 @@ mod tests {
             assert_eq!(fast, slow, "{text}");
             assert_eq!(fast.to_json(), slow.to_json(), "{text}: key order");
             assert_eq!(fast_normalizer.last_timestamp(), fast.timestamp);
+            // A question about one field of a metadata kept as text has the text's answer
+            // (most are answered from the keys its pass noted, without the text).
+            if let Some(raw) = fast.metadata.as_ref().and_then(LazyObject::raw_json) {
+                let mut keys: Vec<String> = ["seq", "extra", "invalid", "t0", "absent"]
+                    .map(String::from)
+                    .into();
+                crate::payload::canonical_fields(raw, |key, _| {
+                    keys.push(key.to_owned());
+                    true
+                });
+                for key in &keys {
+                    let answer = crate::payload::field_of_canonical(raw, key);
+                    let metadata = fast.metadata.as_ref().unwrap();
+                    assert_eq!(metadata.raw_field(key), Some(answer), "{text}: {key}");
+                }
+            }
         }
         // Not envelopes: the general path decides.
         for text in [

@@ -36,6 +36,50 @@ pub struct LazyObject {
     /// (from the text, or empty). Boxed, so that a signal (moved between tasks several
     /// times) stays small.
     tree: OnceLock<Box<Object>>,
+    /// The top-level keys the text may have, when the pass that checked it noted them
+    /// (else any): a question about one key is then mostly answered without the text.
+    keys: KeySet,
+}
+
+/// Which keys an object may have at its top level: one bit per key, chosen by the key's
+/// first and last bytes and its length, so that a key whose bit is clear is certainly not
+/// there (and one whose bit is set may be). A pass that reads an object's keys anyway notes
+/// them; the sidecar then asks each signal's metadata for its own `seq` without reading
+/// the text again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KeySet(u64);
+
+impl KeySet {
+    /// Nothing known: every key may be there.
+    pub(crate) const ANY: KeySet = KeySet(u64::MAX);
+    /// No key.
+    pub(crate) const NONE: KeySet = KeySet(0);
+
+    /// The bit of `key` (as written between its quotes).
+    #[inline]
+    fn bit(key: &[u8]) -> u64 {
+        let (first, last) = (key.first().copied(), key.last().copied());
+        let mix = usize::from(first.unwrap_or(0)) * 3 + usize::from(last.unwrap_or(0)) * 5;
+        1 << ((mix + key.len() * 7) % 64)
+    }
+
+    /// Notes `key`.
+    #[inline]
+    pub(crate) fn add(&mut self, key: &[u8]) {
+        self.0 |= Self::bit(key);
+    }
+
+    /// These keys and `key`.
+    pub(crate) fn with(mut self, key: &str) -> KeySet {
+        self.add(key.as_bytes());
+        self
+    }
+
+    /// Whether `key` may be one of the keys.
+    #[inline]
+    pub(crate) fn may_have(self, key: &[u8]) -> bool {
+        self.0 & Self::bit(key) != 0
+    }
 }
 
 impl LazyObject {
@@ -46,6 +90,7 @@ impl LazyObject {
         LazyObject {
             raw: None,
             tree: OnceLock::new(),
+            keys: KeySet::ANY,
         }
     }
 
@@ -53,17 +98,21 @@ impl LazyObject {
     /// for the object it parses to (see [`is_canonical_object`]); `None` otherwise (the
     /// caller parses it into a tree).
     pub fn from_json(text: &str) -> Option<Self> {
-        is_canonical_object(text).then(|| LazyObject {
-            raw: Some(text.into()),
-            tree: OnceLock::new(),
-        })
+        is_canonical_object(text).then(|| LazyObject::from_canonical(text))
     }
 
     /// Keeps `text`, already found (or made) canonical.
     pub(crate) fn from_canonical(text: &str) -> Self {
+        LazyObject::from_canonical_with_keys(text, KeySet::ANY)
+    }
+
+    /// Keeps `text`, already found (or made) canonical, whose top-level keys are among
+    /// `keys`.
+    pub(crate) fn from_canonical_with_keys(text: &str, keys: KeySet) -> Self {
         LazyObject {
             raw: Some(text.into()),
             tree: OnceLock::new(),
+            keys,
         }
     }
 
@@ -79,6 +128,9 @@ impl LazyObject {
     /// no text is kept, `Some(None)` when the text has no such field.
     pub fn raw_field(&self, key: &str) -> Option<Option<Range<usize>>> {
         let raw = self.raw.as_deref()?;
+        if !self.keys.may_have(key.as_bytes()) {
+            return Some(None);
+        }
         Some(field_of_canonical(raw, key))
     }
 
@@ -141,6 +193,7 @@ impl From<Object> for LazyObject {
         LazyObject {
             raw: None,
             tree: OnceLock::from(Box::new(tree)),
+            keys: KeySet::ANY,
         }
     }
 }
@@ -169,6 +222,7 @@ impl LazyObject {
             Some(raw) => LazyObject {
                 raw: Some(raw.clone()),
                 tree: OnceLock::new(),
+                keys: self.keys,
             },
             None => LazyObject::from(self.tree().clone()),
         }

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use std::ops::Range;
 
+use crate::payload::KeySet;
 use crate::{LazyObject, Object, Signal, SmallString};
 
 /// A payload type with a well-known signal type.
@@ -563,18 +564,31 @@ pub(crate) enum TextRepair {
 /// Which of the fields a repair writes into the metadata (`extra`, `invalid`) its text
 /// already has at the top level, when the reader of the envelope saw the metadata's fields
 /// in its pass (so that the repair need not look for them again).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 #[cfg_attr(test, derive(Debug, PartialEq))]
 pub(crate) struct MetadataFields {
     /// It has a top-level `extra`.
     pub extra: bool,
     /// It has a top-level `invalid`.
     pub invalid: bool,
+    /// Its top-level keys, for the signal's metadata (see [`KeySet`]).
+    pub keys: KeySet,
+}
+
+impl Default for MetadataFields {
+    fn default() -> Self {
+        MetadataFields {
+            extra: false,
+            invalid: false,
+            keys: KeySet::NONE,
+        }
+    }
 }
 
 impl MetadataFields {
     /// Notes the top-level key `key` (as written between its quotes).
     pub(crate) fn saw(&mut self, key: &[u8]) {
+        self.keys.add(key);
         match key {
             b"extra" => self.extra = true,
             b"invalid" => self.invalid = true,
