@@ -535,8 +535,9 @@ fn fits_value(kind: Kind, value: &[u8]) -> bool {
         Kind::Str => value.first() == Some(&b'"'),
         Kind::Bool => value == b"true" || value == b"false",
         Kind::Obj => value.first() == Some(&b'{'),
-        // Digits alone are a whole number ≥ 0 (a float beyond 64 bits, still whole).
-        Kind::Count | Kind::Amount if crate::payload::digits_len(value) == value.len() => true,
+        // Digits alone are a whole number ≥ 0 (a float beyond 64 bits, still whole). Counts
+        // are short: looked at byte by byte, without the word-at-a-time setup.
+        Kind::Count | Kind::Amount if value.iter().all(u8::is_ascii_digit) => true,
         _ => serde_json::from_slice::<Value>(value).is_ok_and(|v| fits(kind, &v)),
     }
 }
