@@ -54,6 +54,31 @@ impl SmallString {
         (bytes.len() <= INLINE && bytes.is_ascii()).then(|| SmallString::inline(bytes))
     }
 
+    /// `prefix` then `text`: inline when both fit, its bytes moved as a whole block rather
+    /// than copied part by part (`invalid.<type>`, for each signal made invalid).
+    ///
+    /// ```
+    /// use patchbay_signal::SmallString;
+    /// let kind = SmallString::from("text_delta");
+    /// assert_eq!(SmallString::with_prefix("invalid.", &kind), "invalid.text_delta");
+    /// ```
+    #[inline]
+    pub fn with_prefix(prefix: &str, text: &SmallString) -> Self {
+        match &text.0 {
+            Repr::Inline { len, bytes } if prefix.len() + usize::from(*len) <= INLINE => {
+                // The prefix, then the text's whole block: bytes past the length are not read.
+                let mut joined = [0; INLINE];
+                joined[..prefix.len()].copy_from_slice(prefix.as_bytes());
+                joined[prefix.len()..].copy_from_slice(&bytes[..INLINE - prefix.len()]);
+                SmallString(Repr::Inline {
+                    len: prefix.len() as u8 + len,
+                    bytes: joined,
+                })
+            }
+            _ => SmallString::concat(&[prefix, text]),
+        }
+    }
+
     /// Inline text of `bytes`, which its callers made sure are whole UTF-8 and at most
     /// `INLINE` bytes.
     fn inline(text: &[u8]) -> Self {
@@ -330,6 +355,25 @@ mod tests {
         );
         assert!(SmallString::from_ascii("é".as_bytes()).is_none());
         assert!(SmallString::from_ascii(&[b'a'; INLINE + 1]).is_none());
+    }
+
+    #[test]
+    fn a_prefixed_string_is_the_two_one_after_the_other() {
+        for text in [
+            "",
+            "a",
+            "text_delta",
+            &"x".repeat(22),
+            &"y".repeat(23),
+            &"é".repeat(20),
+        ] {
+            for prefix in ["", "invalid.", "ü."] {
+                let joined = SmallString::with_prefix(prefix, &SmallString::from(text));
+                assert_eq!(joined, format!("{prefix}{text}"));
+                // Equal to the same text made otherwise, inline or not.
+                assert_eq!(joined, SmallString::from(format!("{prefix}{text}")));
+            }
+        }
     }
 
     #[test]

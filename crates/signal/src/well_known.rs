@@ -981,8 +981,8 @@ pub(crate) fn repair_on_tree(signal: &mut Signal) -> bool {
 }
 
 /// The type a signal of type `kind` gets when it cannot be made valid.
-pub(crate) fn invalid_kind(kind: &str) -> SmallString {
-    SmallString::concat(&["invalid.", kind])
+pub(crate) fn invalid_kind(kind: &SmallString) -> SmallString {
+    SmallString::with_prefix("invalid.", kind)
 }
 
 #[cfg(test)]
