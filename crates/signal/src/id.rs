@@ -83,11 +83,24 @@ fn encode(ms: u64, random: u128) -> SmallString {
     SmallString::from_ascii(&out).unwrap_or_default()
 }
 
-/// Writes the low `5 * slots.len()` bits of `value` into `slots`, most significant first.
+/// Two characters of the alphabet for each 10-bit value, so that an id is written in 13
+/// steps rather than 26.
+const PAIRS: [[u8; 2]; 1024] = {
+    let mut pairs = [[0; 2]; 1024];
+    let mut i = 0;
+    while i < 1024 {
+        pairs[i] = [ALPHABET[i >> 5], ALPHABET[i & 31]];
+        i += 1;
+    }
+    pairs
+};
+
+/// Writes the low `5 * slots.len()` bits of `value` into `slots` (an even number of
+/// them: 10 or 8), most significant first.
 fn put_base32(slots: &mut [u8], mut value: u64) {
-    for slot in slots.iter_mut().rev() {
-        *slot = ALPHABET[(value & 31) as usize];
-        value >>= 5;
+    for pair in slots.rchunks_exact_mut(2) {
+        pair.copy_from_slice(&PAIRS[(value & 1023) as usize]);
+        value >>= 10;
     }
 }
 
