@@ -545,6 +545,7 @@ fn plain_envelope_fields<'a>(text: &'a str, fields: &mut Fields<'a>) -> Option<(
 
 /// The string that starts at `at` (its opening quote), when it has no escape: its text
 /// and the index after its closing quote.
+#[inline(always)]
 fn plain_string(text: &str, at: usize) -> Option<(&str, usize)> {
     let bytes = text.as_bytes();
     if bytes.get(at) != Some(&b'"') {
