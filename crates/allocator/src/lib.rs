@@ -8,8 +8,8 @@
 //!
 //! Why not the `mimalloc` crate's `MiMalloc`: it passes every allocation to
 //! `mi_malloc_aligned`, whose fast path needs a free block at hand in the size class's
-//! page. When the page has none (its blocks were all freed back from another thread, and
-//! are collected only on the general path), mimalloc 3 over-allocates `size + align - 1`
+//! page. When the page has none (its freed blocks wait on the page's other lists, which
+//! only the general path collects), mimalloc 3 over-allocates `size + align - 1`
 //! from the next size class instead, and the page it skipped is never refilled: from then
 //! on every allocation of that size takes the slow path. On the data path that was the
 //! signal itself (an `Arc<Signal>`), at about 185 instructions an allocation instead of
