@@ -503,7 +503,8 @@ fn plain_envelope_fields<'a>(text: &'a str, fields: &mut Fields<'a>) -> Option<(
                     (Key::Payload, Some(fit)) => {
                         canonical_object_len_visiting(rest, |k, v| fit.field(rest, k, v))?
                     }
-                    // The fields a repair would write into the metadata, seen in the same pass.
+                    // The metadata's keys (the fields a repair would write among them), seen
+                    // in the same pass.
                     (Key::Metadata, _) => {
                         let known = fields.metadata_fields.insert(MetadataFields::default());
                         canonical_object_len_visiting(rest, |k, _| known.saw(&rest.as_bytes()[k]))?
@@ -618,8 +619,8 @@ struct Fields<'a> {
     /// The check of a payload read as text against its well-known type (made in the pass
     /// that read it): nothing to repair when it fits, and what the repair needs when not.
     payload_fit: Option<Fit>,
-    /// The fields a repair writes that a metadata read as text already has (seen in the
-    /// pass that read it).
+    /// The top-level keys of a metadata read as text, seen in the pass that read it: those
+    /// a repair writes, and all of them for the signal's metadata.
     metadata_fields: Option<MetadataFields>,
 }
 

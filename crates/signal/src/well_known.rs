@@ -562,9 +562,10 @@ pub(crate) enum TextRepair {
     Tree,
 }
 
-/// Which of the fields a repair writes into the metadata (`extra`, `invalid`) its text
-/// already has at the top level, when the reader of the envelope saw the metadata's fields
-/// in its pass (so that the repair need not look for them again).
+/// What the reader of an envelope saw of its metadata's top-level keys in its pass: which
+/// of the fields a repair writes into the metadata (`extra`, `invalid`) its text already
+/// has (so that the repair need not look for them again), and the keys it may have (for
+/// the signal's metadata, see [`KeySet`]).
 #[derive(Clone, Copy)]
 #[cfg_attr(test, derive(Debug, PartialEq))]
 pub(crate) struct MetadataFields {
