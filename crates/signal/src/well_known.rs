@@ -657,18 +657,21 @@ fn repair_text(
         let Some(existing) = metadata else {
             return TextRepair::Tree;
         };
-        let existing = existing.unwrap_or("{}");
         // A field already there is replaced in place by the tree's insert: rare, left to
-        // it.
+        // it. Without a metadata, nothing is there.
         let has = |seen: Option<bool>, name: &str| {
-            seen.unwrap_or_else(|| crate::payload::field_of_canonical(existing, name).is_some())
+            existing.is_some_and(|existing| {
+                seen.unwrap_or_else(|| {
+                    crate::payload::field_of_canonical(existing, name).is_some()
+                })
+            })
         };
         if (moved && has(known.map(|k| k.extra), "extra"))
             || (reason.is_some() && has(known.map(|k| k.invalid), "invalid"))
         {
             return TextRepair::Tree;
         }
-        Some(existing)
+        Some(existing.unwrap_or("{}"))
     } else {
         None
     };
