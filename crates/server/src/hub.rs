@@ -28,7 +28,7 @@ use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
 use patchbay_graph::ComponentStats;
 use patchbay_signal::payload::plain_len;
-use patchbay_signal::{LazyObject, SharedSignal, Signal};
+use patchbay_signal::{LazyObject, SharedSignal, Signal, SmallString};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use tokio::sync::{Notify, watch};
 
@@ -271,10 +271,10 @@ impl Part {
     fn write(out: &mut String, seq: u64, s: &Signal) -> Part {
         let start = out.len();
         out.push_str("{\"id\":");
-        put_str(out, &s.id);
+        put_small(out, &s.id);
         out.push_str(",\"type\":");
         let kind_at = out.len() + 1 - start;
-        let plain = put_str(out, &s.kind);
+        let plain = put_small(out, &s.kind);
         let kind = match (
             u32::try_from(kind_at),
             u32::try_from(kind_at + s.kind.len()),
@@ -285,10 +285,10 @@ impl Part {
         out.push_str(",\"timestamp\":");
         put_int(out, s.timestamp);
         out.push_str(",\"source\":");
-        put_str(out, &s.source);
+        put_small(out, &s.source);
         if let Some(c) = &s.correlation_id {
             out.push_str(",\"correlationId\":");
-            put_str(out, c);
+            put_small(out, c);
         }
         out.push_str(",\"metadata\":");
         // Metadata kept as its text: the text without a `seq` of its own (this sidecar's
@@ -451,6 +451,18 @@ fn put_str(out: &mut String, text: &str) -> bool {
         out.push('"');
         true
     }
+}
+
+/// [`put_str`] for an envelope's short string, which says when it is known to need no
+/// escape (read so, or an id patchbay made): then it is not looked at again.
+fn put_small(out: &mut String, text: &SmallString) -> bool {
+    if text.is_json_plain() {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+        return true;
+    }
+    put_str(out, text)
 }
 
 /// The shared bytes of a frame's text (the `String`'s buffer, not copied).

@@ -79,8 +79,9 @@ fn encode(ms: u64, random: u128) -> SmallString {
     put_base32(time, ms);
     put_base32(high, (random >> 40) as u64);
     put_base32(low, random as u64 & ((1 << 40) - 1));
-    // The alphabet is ASCII, and 26 bytes fit inline.
-    SmallString::from_ascii(&out).unwrap_or_default()
+    // The alphabet is ASCII letters and digits (no escape in JSON), and 26 bytes fit
+    // inline.
+    SmallString::from_plain_ascii(&out).unwrap_or_default()
 }
 
 /// Two characters of the alphabet for each 10-bit value, so that an id is written in 13

@@ -526,11 +526,13 @@ fn plain_envelope_fields<'a>(text: &'a str, fields: &mut Fields<'a>) -> Option<(
             _ => {
                 let (value, after) = plain_string(text, at)?;
                 at = after;
+                // Read without escapes: written back between quotes as it is.
+                let value = SmallString::json_plain(value);
                 match key {
-                    Key::Type => kind = Some(SmallString::from(value)),
-                    Key::Id => fields.id = Some(Scalar::Str(value.into())),
-                    Key::Source => fields.source = Some(Scalar::Str(value.into())),
-                    _ => fields.correlation_id = Some(Scalar::Str(value.into())),
+                    Key::Type => kind = Some(value),
+                    Key::Id => fields.id = Some(Scalar::Str(value)),
+                    Key::Source => fields.source = Some(Scalar::Str(value)),
+                    _ => fields.correlation_id = Some(Scalar::Str(value)),
                 }
             }
         }

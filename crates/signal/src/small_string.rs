@@ -10,14 +10,19 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The longest text kept inline: a patchbay id (26 bytes) and the usual types and source
 /// names fit.
-const INLINE: usize = 30;
+const INLINE: usize = 29;
 
-/// An immutable string that keeps up to 30 bytes inline and longer text on the heap.
+/// An immutable string that keeps up to 29 bytes inline and longer text on the heap.
 ///
 /// The envelope's `id`, `type`, `source` and `correlationId` are almost always short; kept
 /// inline they cost no allocation (and no free) per signal. It reads as a `&str` (it
 /// dereferences to one and compares with `str` and `String`) and is made from either with
 /// `into()`.
+///
+/// Inline text made by a reader that saw it needs no escape as a JSON string (an id
+/// patchbay made, a string read from JSON without escapes) says so
+/// ([`is_json_plain`](SmallString::is_json_plain)): a writer of JSON then copies it
+/// between quotes without looking at it again.
 ///
 /// ```
 /// use patchbay_signal::SmallString;
@@ -31,9 +36,11 @@ pub struct SmallString(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    /// `bytes[..len]` is the text, whole UTF-8 (copied from a `&str`, or ASCII).
+    /// `bytes[..len]` is the text, whole UTF-8 (copied from a `&str`, or ASCII); `plain`:
+    /// it is known to need no escape as a JSON string.
     Inline {
         len: u8,
+        plain: bool,
         bytes: [u8; INLINE],
     },
     Heap(Box<str>),
@@ -44,14 +51,52 @@ impl SmallString {
     pub const fn new() -> Self {
         SmallString(Repr::Inline {
             len: 0,
+            plain: true,
             bytes: [0; INLINE],
         })
+    }
+
+    /// Text its maker knows needs no escape as a JSON string: no `"`, no `\` and no
+    /// control character (a string read from JSON without escapes, or text made from such
+    /// characters only). Inline, it remembers that (see
+    /// [`is_json_plain`](SmallString::is_json_plain)).
+    pub(crate) fn json_plain(text: &str) -> Self {
+        debug_assert_eq!(crate::payload::plain_len(text.as_bytes()), text.len());
+        let mut s = SmallString::from(text);
+        if let Repr::Inline { plain, .. } = &mut s.0 {
+            *plain = true;
+        }
+        s
+    }
+
+    /// Whether the text is known to need no escape as a JSON string (no `"`, no `\`, no
+    /// control character): its maker saw it, and it is kept inline. `false` says nothing:
+    /// the text may need escapes, or not.
+    ///
+    /// ```
+    /// use patchbay_signal::SmallString;
+    /// assert!(!SmallString::from("made from any text").is_json_plain());
+    /// ```
+    #[inline]
+    pub fn is_json_plain(&self) -> bool {
+        matches!(self.0, Repr::Inline { plain: true, .. })
     }
 
     /// `bytes` as text when they are ASCII and fit inline: a cheaper check than UTF-8
     /// validation, for text patchbay writes itself (ids).
     pub(crate) fn from_ascii(bytes: &[u8]) -> Option<Self> {
         (bytes.len() <= INLINE && bytes.is_ascii()).then(|| SmallString::inline(bytes))
+    }
+
+    /// [`from_ascii`](SmallString::from_ascii) for bytes its maker knows need no escape
+    /// in a JSON string (ids, from an alphabet of letters and digits).
+    pub(crate) fn from_plain_ascii(bytes: &[u8]) -> Option<Self> {
+        debug_assert_eq!(crate::payload::plain_len(bytes), bytes.len());
+        let mut s = SmallString::from_ascii(bytes)?;
+        if let Repr::Inline { plain, .. } = &mut s.0 {
+            *plain = true;
+        }
+        Some(s)
     }
 
     /// `prefix` then `text`: inline when both fit, its bytes moved as a whole block rather
@@ -65,13 +110,15 @@ impl SmallString {
     #[inline]
     pub fn with_prefix(prefix: &str, text: &SmallString) -> Self {
         match &text.0 {
-            Repr::Inline { len, bytes } if prefix.len() + usize::from(*len) <= INLINE => {
+            Repr::Inline { len, plain, bytes } if prefix.len() + usize::from(*len) <= INLINE => {
                 // The prefix, then the text's whole block: bytes past the length are not read.
                 let mut joined = [0; INLINE];
                 joined[..prefix.len()].copy_from_slice(prefix.as_bytes());
                 joined[prefix.len()..].copy_from_slice(&bytes[..INLINE - prefix.len()]);
                 SmallString(Repr::Inline {
                     len: prefix.len() as u8 + len,
+                    // Plain when both are (a literal prefix is looked at when compiled).
+                    plain: *plain && !prefix.bytes().any(crate::payload::needs_escape),
                     bytes: joined,
                 })
             }
@@ -86,6 +133,7 @@ impl SmallString {
         bytes[..text.len()].copy_from_slice(text);
         SmallString(Repr::Inline {
             len: text.len() as u8,
+            plain: false,
             bytes,
         })
     }
@@ -111,6 +159,7 @@ impl SmallString {
         // Whole `&str`s one after the other: valid UTF-8, as `inline` requires.
         SmallString(Repr::Inline {
             len: len as u8,
+            plain: false,
             bytes,
         })
     }
@@ -118,7 +167,7 @@ impl SmallString {
     /// The text.
     pub fn as_str(&self) -> &str {
         match &self.0 {
-            Repr::Inline { len, bytes } => {
+            Repr::Inline { len, bytes, .. } => {
                 let text = &bytes[..*len as usize];
                 // Safety: `Inline` is only built by `inline`, from the bytes of a whole
                 // `&str` (`From<&str>`) or from ASCII (`from_ascii`): valid UTF-8.
@@ -374,6 +423,29 @@ mod tests {
                 assert_eq!(joined, SmallString::from(format!("{prefix}{text}")));
             }
         }
+    }
+
+    #[test]
+    fn only_text_its_maker_saw_plain_says_it_needs_no_escape() {
+        assert!(SmallString::new().is_json_plain());
+        assert!(!SmallString::from("text_delta").is_json_plain());
+        assert!(!SmallString::from("a\"b".to_owned()).is_json_plain());
+        let kind = SmallString::json_plain("text_delta");
+        assert!(kind.is_json_plain() && kind == "text_delta");
+        assert!(kind.clone().is_json_plain());
+        // Kept on the heap, it says nothing.
+        assert!(!SmallString::json_plain(&"x".repeat(INLINE + 1)).is_json_plain());
+        let id = SmallString::from_plain_ascii(b"01ARZ3NDEK").unwrap();
+        assert!(id.is_json_plain() && id == "01ARZ3NDEK");
+        assert!(
+            !SmallString::from_ascii(b"01ARZ3NDEK")
+                .unwrap()
+                .is_json_plain()
+        );
+        // Prefixed: plain when the text and the prefix are.
+        assert!(SmallString::with_prefix("invalid.", &kind).is_json_plain());
+        assert!(!SmallString::with_prefix("in\"valid.", &kind).is_json_plain());
+        assert!(!SmallString::with_prefix("invalid.", &SmallString::from("t")).is_json_plain());
     }
 
     #[test]

@@ -661,9 +661,7 @@ fn repair_text(
         // it. Without a metadata, nothing is there.
         let has = |seen: Option<bool>, name: &str| {
             existing.is_some_and(|existing| {
-                seen.unwrap_or_else(|| {
-                    crate::payload::field_of_canonical(existing, name).is_some()
-                })
+                seen.unwrap_or_else(|| crate::payload::field_of_canonical(existing, name).is_some())
             })
         };
         if (moved && has(known.map(|k| k.extra), "extra"))

@@ -7,10 +7,21 @@ use patchbay_signal::normalize::Decoded;
 use patchbay_signal::well_known::check_signal;
 
 /// Asserts `signal` validates against the schema and passes the typed check (which accepts
-/// any payload of a type that is not well-known).
+/// any payload of a type that is not well-known), and that each of its short strings said
+/// to need no escape in JSON needs none (writers copy those as they are).
 pub fn assert_valid(signal: &Signal) {
     crate::assert_schema_valid(&signal.to_value());
     assert_eq!(check_signal(signal), Ok(()), "{signal:?}");
+    let short = [&signal.id, &signal.kind, &signal.source];
+    for text in short.into_iter().chain(&signal.correlation_id) {
+        if text.is_json_plain() {
+            assert_eq!(
+                serde_json::to_string(text.as_str()).unwrap(),
+                format!("\"{text}\""),
+                "{signal:?}"
+            );
+        }
+    }
 }
 
 /// Asserts every signal is valid (see [`assert_valid`]).
