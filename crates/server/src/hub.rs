@@ -92,6 +92,10 @@ enum Kind {
     Own(Box<str>),
 }
 
+/// How many signals ahead of the frame being written the texts of one are asked for (see
+/// `Signal::prefetch_texts`).
+const PREFETCH_AHEAD: usize = 3;
+
 /// Frames made together share one text buffer and one allocation for the frames, up to
 /// this many frames…
 const BLOCK_FRAMES: usize = 16;
@@ -146,12 +150,17 @@ impl Deref for FrameRef {
 /// [`BLOCK_BYTES`] of text each): a block's texts share one buffer, and its frames one
 /// allocation, so that publishing a burst costs a few allocations per block rather than
 /// several per signal.
-pub fn frames(first_seq: u64, signals: impl IntoIterator<Item = SharedSignal>) -> Vec<FrameRef> {
-    let signals = signals.into_iter();
-    let mut left = signals.size_hint().0;
+pub fn frames(first_seq: u64, signals: &mut Vec<SharedSignal>) -> Vec<FrameRef> {
+    let mut left = signals.len();
     let mut out = Vec::with_capacity(left);
     let mut block = Block::default();
-    for (seq, signal) in (first_seq..).zip(signals) {
+    let mut signals = signals.drain(..);
+    let mut seq = first_seq;
+    while let Some(signal) = signals.next() {
+        // Texts made on another core, asked for a few frames ahead of their copy.
+        if let Some(ahead) = signals.as_slice().get(PREFETCH_AHEAD) {
+            ahead.prefetch_texts();
+        }
         let room = Part::room(&signal);
         if !block.parts.is_empty() && block.text.len() + room > BLOCK_BYTES {
             // The block is full: a frame is not copied again by a buffer that grows.
@@ -180,6 +189,7 @@ pub fn frames(first_seq: u64, signals: impl IntoIterator<Item = SharedSignal>) -
         if block.parts.len() == BLOCK_FRAMES || block.text.len() >= BLOCK_BYTES {
             block.finish(&mut out);
         }
+        seq += 1;
     }
     block.finish(&mut out);
     out
@@ -188,7 +198,7 @@ pub fn frames(first_seq: u64, signals: impl IntoIterator<Item = SharedSignal>) -
 /// One signal's frame, alone in its block.
 #[cfg(test)]
 pub fn frame(seq: u64, signal: SharedSignal) -> FrameRef {
-    let mut out = frames(seq, [signal]);
+    let mut out = frames(seq, &mut vec![signal]);
     // `frames` makes one frame per signal.
     out.swap_remove(0)
 }
@@ -1250,7 +1260,7 @@ mod tests {
             .at(5),
         );
         signals[21] = sig("t\"q");
-        let together = frames(100, signals.iter().cloned());
+        let together = frames(100, &mut signals.clone());
         assert_eq!(together.len(), signals.len());
         for (i, (made, signal)) in together.iter().zip(&signals).enumerate() {
             let alone = frame(100 + i as u64, Arc::clone(signal));
@@ -1539,8 +1549,8 @@ mod tests {
 
     fn publish_at(h: &Hub, seqs: std::ops::RangeInclusive<u64>, at: Instant) {
         let first = *seqs.start();
-        let signals: Vec<_> = seqs.map(|_| sig("a")).collect();
-        h.publish_at(frames(first, signals), Some(at));
+        let mut signals: Vec<_> = seqs.map(|_| sig("a")).collect();
+        h.publish_at(frames(first, &mut signals), Some(at));
     }
 
     #[test]

@@ -224,7 +224,7 @@ async fn run(settings: Settings, cx: OutputContext) -> Result<(), ComponentError
             let n = batch.len() as u64;
             // Stored first, so that no client can have seen a seq beyond it.
             published.store(seq + n, Ordering::Release);
-            hub.publish_all(hub::frames(seq + 1, batch.drain(..)));
+            hub.publish_all(hub::frames(seq + 1, batch));
             seq += n;
             ComponentStats::add(&stats.sent, n);
         }

@@ -162,6 +162,10 @@ pub(super) struct Running {
     outputs: JoinSet<()>,
 }
 
+/// How many signals of a batch ahead of the one the engine takes each one's memory is
+/// asked for (see `Signal::prefetch`).
+const PREFETCH_AHEAD: usize = 3;
+
 impl Running {
     /// Starts every component of `graph`.
     pub(super) async fn start(
@@ -239,7 +243,13 @@ impl Running {
             match event {
                 Event::Signal(slot, signal) => self.push(slot, signal, now),
                 Event::Signals(slot, signals) => {
-                    for signal in signals {
+                    // Made on another core: each signal's memory asked for a few places
+                    // ahead of its turn (see `Signal::prefetch`).
+                    let mut signals = signals.into_iter();
+                    while let Some(signal) = signals.next() {
+                        if let Some(ahead) = signals.as_slice().get(PREFETCH_AHEAD) {
+                            ahead.prefetch();
+                        }
                         self.push(slot, signal, now);
                     }
                 }
