@@ -280,22 +280,44 @@ impl Part {
     /// Appends the signal's sajou form to `out`.
     fn write(out: &mut String, seq: u64, s: &Signal) -> Part {
         let start = out.len();
-        out.push_str("{\"id\":");
-        put_small(out, &s.id);
-        out.push_str(",\"type\":");
-        let kind_at = out.len() + 1 - start;
-        let plain = put_small(out, &s.kind);
-        let kind = match (
-            u32::try_from(kind_at),
-            u32::try_from(kind_at + s.kind.len()),
-        ) {
-            (Ok(from), Ok(to)) if plain => Kind::InText(from, to),
-            _ => Kind::Own(s.kind.as_str().into()),
+        let plain = s.id.is_json_plain() && s.kind.is_json_plain() && s.source.is_json_plain();
+        let kind_at = if plain {
+            // The usual signal: its strings copied between the quotes of the text around
+            // them.
+            out.push_str("{\"id\":\"");
+            out.push_str(&s.id);
+            out.push_str("\",\"type\":\"");
+            let kind_at = out.len() - start;
+            out.push_str(&s.kind);
+            out.push_str("\",\"timestamp\":");
+            put_int(out, s.timestamp);
+            out.push_str(",\"source\":\"");
+            out.push_str(&s.source);
+            out.push('"');
+            Some(kind_at)
+        } else {
+            out.push_str("{\"id\":");
+            put_str(out, &s.id);
+            out.push_str(",\"type\":");
+            let kind_at = out.len() + 1 - start;
+            let kind_plain = put_str(out, &s.kind);
+            out.push_str(",\"timestamp\":");
+            put_int(out, s.timestamp);
+            out.push_str(",\"source\":");
+            put_str(out, &s.source);
+            // Not in the text as it is when it was escaped.
+            kind_plain.then_some(kind_at)
         };
-        out.push_str(",\"timestamp\":");
-        put_int(out, s.timestamp);
-        out.push_str(",\"source\":");
-        put_small(out, &s.source);
+        let span = |at: usize| {
+            Some((
+                u32::try_from(at).ok()?,
+                u32::try_from(at + s.kind.len()).ok()?,
+            ))
+        };
+        let kind = match kind_at.and_then(span) {
+            Some((from, to)) => Kind::InText(from, to),
+            None => Kind::Own(s.kind.as_str().into()),
+        };
         if let Some(c) = &s.correlation_id {
             out.push_str(",\"correlationId\":");
             put_small(out, c);
@@ -1356,6 +1378,27 @@ mod tests {
             );
             // The type the hub filters on is the signal's, escaped in the text or not.
             assert_eq!(f.kind(), text);
+        }
+    }
+
+    #[test]
+    fn decoded_signals_are_written_as_their_trees() {
+        // Strings read without escapes are copied as they are; the others are escaped.
+        let mut normalizer = patchbay_signal::normalize::Normalizer::new("test:a");
+        for text in [
+            r#"{"type":"text_delta","source":"s","payload":{"agentId":"a","content":"c"}}"#,
+            r#"{"type":"x","id":"i","source":"s","correlationId":"c","payload":{"a":1}}"#,
+            r#"{"type":"x\"y","source":"s","payload":{}}"#,
+            r#"{"type":"x","source":"s\\t","correlationId":"c\n","payload":{}}"#,
+            r#"{"type":"x","id":"\u00e9","source":"é","payload":{},"metadata":{"t0":1}}"#,
+        ] {
+            let signal = normalizer.decode_text(text).unwrap().into_signal();
+            let mut expected = signal.to_value();
+            expected["metadata"]["seq"] = 3.into();
+            let f = frame(3, Arc::new(signal));
+            let v: serde_json::Value = serde_json::from_str(f.as_str(Format::Sajou)).unwrap();
+            assert_eq!(v, expected, "{text}");
+            assert_eq!(f.kind(), expected["type"], "{text}");
         }
     }
 
