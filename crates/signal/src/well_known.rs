@@ -68,6 +68,53 @@ pub enum Severity {
     Critical,
 }
 
+/// What a value of a [`Kind`] must be, as the reasons say it (see [`describe`]).
+macro_rules! must_be {
+    (Str) => {
+        "a string"
+    };
+    (Bool) => {
+        "a boolean"
+    };
+    (Count) => {
+        "an integer >= 0"
+    };
+    (Amount) => {
+        "a number >= 0"
+    };
+    (Obj) => {
+        "an object"
+    };
+    (State) => {
+        "one of idle, thinking, acting, waiting, done, error"
+    };
+    (Severity) => {
+        "one of warning, error, critical"
+    };
+    (ContentType) => {
+        "one of text, code, markdown"
+    };
+    (Position) => {
+        "an object {x, y}"
+    };
+    (Bounds) => {
+        "an object {x, y, w >= 0, h >= 0}"
+    };
+}
+
+/// The [`Field`] `name` of kind `kind`, with its reasons.
+macro_rules! field {
+    ($name:literal, $kind:ident, $required:expr) => {
+        Field {
+            name: $name,
+            kind: Kind::$kind,
+            required: $required,
+            missing: concat!("missing required field `", $name, "`"),
+            wrong: concat!("field `", $name, "` must be ", must_be!($kind)),
+        }
+    };
+}
+
 /// A well-known payload, declared once: the struct (its fields, their JSON names) and the
 /// schema [`check`] and [`repair`] read (each field's kind; `Option` fields are optional).
 macro_rules! payload {
@@ -88,11 +135,8 @@ macro_rules! payload {
         }
         impl $name {
             /// The schema of the payload's fields, in order.
-            const FIELDS: &'static [Field] = &[$(Field {
-                name: $json,
-                kind: Kind::$fkind,
-                required: <$ty as Absent>::REQUIRED,
-            }),*];
+            const FIELDS: &'static [Field] =
+                &[$(field!($json, $fkind, <$ty as Absent>::REQUIRED)),*];
         }
     };
 }
@@ -321,25 +365,14 @@ struct Field {
     name: &'static str,
     kind: Kind,
     required: bool,
-}
-
-const fn req(name: &'static str, kind: Kind) -> Field {
-    Field {
-        name,
-        kind,
-        required: true,
-    }
-}
-const fn opt(name: &'static str, kind: Kind) -> Field {
-    Field {
-        name,
-        kind,
-        required: false,
-    }
+    /// The reason when it is required and missing (what [`Invalid::Missing`] says),
+    /// written once when compiled: the repair on the text copies it.
+    missing: &'static str,
+    /// The reason when its value does not fit (what [`Invalid::WrongType`] says).
+    wrong: &'static str,
 }
 
 fn spec(kind: &str) -> Option<&'static [Field]> {
-    use Kind::*;
     Some(match kind {
         "task_dispatch" => TaskDispatch::FIELDS,
         "tool_call" => ToolCall::FIELDS,
@@ -350,11 +383,41 @@ fn spec(kind: &str) -> Option<&'static [Field]> {
         "completion" => Completion::FIELDS,
         "text_delta" => TextDelta::FIELDS,
         "thinking" => Thinking::FIELDS,
-        "user.click" => &const { [req("target", Str), opt("position", Position)] },
-        "user.move" => &const { [req("entityId", Str), req("toSlot", Str), opt("toZone", Str)] },
-        "user.zone" => &const { [req("bounds", Bounds), opt("intent", Str)] },
-        "user.command" => &const { [req("entityId", Str), req("action", Str), opt("params", Obj)] },
-        "user.point" => &const { [req("position", Position), opt("zone", Str)] },
+        "user.click" => {
+            &const {
+                [
+                    field!("target", Str, true),
+                    field!("position", Position, false),
+                ]
+            }
+        }
+        "user.move" => {
+            &const {
+                [
+                    field!("entityId", Str, true),
+                    field!("toSlot", Str, true),
+                    field!("toZone", Str, false),
+                ]
+            }
+        }
+        "user.zone" => &const { [field!("bounds", Bounds, true), field!("intent", Str, false)] },
+        "user.command" => {
+            &const {
+                [
+                    field!("entityId", Str, true),
+                    field!("action", Str, true),
+                    field!("params", Obj, false),
+                ]
+            }
+        }
+        "user.point" => {
+            &const {
+                [
+                    field!("position", Position, true),
+                    field!("zone", Str, false),
+                ]
+            }
+        }
         _ => return None,
     })
 }
@@ -636,21 +699,18 @@ fn repair_text(
         _ => false,
     };
     let missing = fit.missing();
+    // Its words are those of `Invalid` (written once per field when compiled); the
+    // type's field names and descriptions need no escape, so they are the JSON string's
+    // text as they are.
     let reason = fit.fields.iter().enumerate().find_map(|(i, f)| {
         if missing & (1 << i) != 0 && !filled(f.name) {
-            Some(Invalid::Missing(f.name))
+            Some(f.missing)
         } else if fit.wrong & (1 << i) != 0 {
-            Some(Invalid::WrongType {
-                field: f.name,
-                expected: describe(f.kind),
-            })
+            Some(f.wrong)
         } else {
             None
         }
     });
-    // The reason as a JSON string: the type's field names and descriptions need no escape,
-    // so its words are the string's text as they are.
-    let reason = reason.as_ref().map(Invalid::words);
     let moved = members.iter().any(|m| !m.stays);
     // The metadata the repair adds to, checked before anything is written.
     let existing = if moved || reason.is_some() {
@@ -703,10 +763,10 @@ fn repair_text(
             }
             out.push('}');
         }
-        if let Some(words) = reason {
+        if let Some(reason) = reason {
             push_key(out, &mut first, "invalid");
             out.push('"');
-            words.iter().for_each(|w| out.push_str(w));
+            out.push_str(reason);
             out.push('"');
         }
         out.push('}');
@@ -767,8 +827,8 @@ pub enum Invalid {
 }
 
 impl Invalid {
-    /// The reason's words, in order: what `Display` writes, and what the repair on a
-    /// payload's text copies without formatting.
+    /// The reason's words, in order: what `Display` writes (a field's reasons, written
+    /// when compiled for the repair on a payload's text, say the same).
     fn words(&self) -> [&str; 4] {
         match self {
             Invalid::Missing(name) => ["missing required field `", name, "`", ""],
@@ -788,16 +848,16 @@ impl std::error::Error for Invalid {}
 
 fn describe(kind: Kind) -> &'static str {
     match kind {
-        Kind::Str => "a string",
-        Kind::Bool => "a boolean",
-        Kind::Count => "an integer >= 0",
-        Kind::Amount => "a number >= 0",
-        Kind::Obj => "an object",
-        Kind::State => "one of idle, thinking, acting, waiting, done, error",
-        Kind::Severity => "one of warning, error, critical",
-        Kind::ContentType => "one of text, code, markdown",
-        Kind::Position => "an object {x, y}",
-        Kind::Bounds => "an object {x, y, w >= 0, h >= 0}",
+        Kind::Str => must_be!(Str),
+        Kind::Bool => must_be!(Bool),
+        Kind::Count => must_be!(Count),
+        Kind::Amount => must_be!(Amount),
+        Kind::Obj => must_be!(Obj),
+        Kind::State => must_be!(State),
+        Kind::Severity => must_be!(Severity),
+        Kind::ContentType => must_be!(ContentType),
+        Kind::Position => must_be!(Position),
+        Kind::Bounds => must_be!(Bounds),
     }
 }
 
@@ -991,6 +1051,20 @@ pub(crate) fn invalid_kind(kind: &SmallString) -> SmallString {
 mod tests {
     use super::*;
     use crate::object;
+
+    #[test]
+    fn each_fields_reasons_say_what_invalid_says() {
+        for kind in WELL_KNOWN_TYPES {
+            for f in spec(kind).unwrap() {
+                assert_eq!(f.missing, Invalid::Missing(f.name).to_string());
+                let wrong = Invalid::WrongType {
+                    field: f.name,
+                    expected: describe(f.kind),
+                };
+                assert_eq!(f.wrong, wrong.to_string());
+            }
+        }
+    }
 
     #[test]
     fn counts_accept_integral_floats_only() {
