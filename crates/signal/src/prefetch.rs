@@ -14,8 +14,11 @@ pub(crate) fn lines(ptr: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         const LINE: usize = 64;
+        // From the start of the line `ptr` lies in to the one its last byte lies in.
+        let skew = ptr as usize % LINE;
+        let ptr = ptr.wrapping_sub(skew);
         let mut at = 0;
-        while at < len {
+        while at < skew + len {
             // SAFETY: a prefetch is a hint that reads nothing and cannot fault, whatever
             // the address; `wrapping_add` makes no claim about the pointer either. `sse`,
             // which the instruction needs, is part of every x86-64 target.
