@@ -752,24 +752,35 @@ fn repair_text(
     let payload_len = out.len();
 
     if let Some(existing) = existing {
+        // The keys are written with the punctuation around them as whole literals (each
+        // a few stores, where a piece of variable length is a call to copy it).
+        let mut lead = existing.len() > 2;
         out.push_str(&existing[..existing.len() - 1]);
-        let mut first = existing.len() == 2;
         if moved {
-            push_key(out, &mut first, "extra");
+            if lead {
+                out.push_str(",\"extra\":{");
+            } else {
+                out.push_str("\"extra\":{");
+            }
             let mut first_extra = true;
-            out.push('{');
             for m in members.iter().filter(|m| !m.stays) {
                 push_member(out, &mut first_extra, text(m));
             }
             out.push('}');
+            lead = true;
         }
-        if let Some(reason) = reason {
-            push_key(out, &mut first, "invalid");
-            out.push('"');
-            out.push_str(reason);
-            out.push('"');
+        match reason {
+            Some(reason) => {
+                if lead {
+                    out.push_str(",\"invalid\":\"");
+                } else {
+                    out.push_str("\"invalid\":\"");
+                }
+                out.push_str(reason);
+                out.push_str("\"}");
+            }
+            None => out.push('}'),
         }
-        out.push('}');
     }
     TextRepair::Repaired {
         payload_len,
