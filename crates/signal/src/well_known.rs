@@ -115,6 +115,20 @@ macro_rules! field {
     };
 }
 
+/// A required [`Field`] (see [`field!`]).
+macro_rules! req {
+    ($name:literal, $kind:ident) => {
+        field!($name, $kind, true)
+    };
+}
+
+/// An optional [`Field`] (see [`field!`]).
+macro_rules! opt {
+    ($name:literal, $kind:ident) => {
+        field!($name, $kind, false)
+    };
+}
+
 /// A well-known payload, declared once: the struct (its fields, their JSON names) and the
 /// schema [`check`] and [`repair`] read (each field's kind; `Option` fields are optional).
 macro_rules! payload {
@@ -383,41 +397,27 @@ fn spec(kind: &str) -> Option<&'static [Field]> {
         "completion" => Completion::FIELDS,
         "text_delta" => TextDelta::FIELDS,
         "thinking" => Thinking::FIELDS,
-        "user.click" => {
-            &const {
-                [
-                    field!("target", Str, true),
-                    field!("position", Position, false),
-                ]
-            }
-        }
+        "user.click" => &const { [req!("target", Str), opt!("position", Position)] },
         "user.move" => {
             &const {
                 [
-                    field!("entityId", Str, true),
-                    field!("toSlot", Str, true),
-                    field!("toZone", Str, false),
+                    req!("entityId", Str),
+                    req!("toSlot", Str),
+                    opt!("toZone", Str),
                 ]
             }
         }
-        "user.zone" => &const { [field!("bounds", Bounds, true), field!("intent", Str, false)] },
+        "user.zone" => &const { [req!("bounds", Bounds), opt!("intent", Str)] },
         "user.command" => {
             &const {
                 [
-                    field!("entityId", Str, true),
-                    field!("action", Str, true),
-                    field!("params", Obj, false),
+                    req!("entityId", Str),
+                    req!("action", Str),
+                    opt!("params", Obj),
                 ]
             }
         }
-        "user.point" => {
-            &const {
-                [
-                    field!("position", Position, true),
-                    field!("zone", Str, false),
-                ]
-            }
-        }
+        "user.point" => &const { [req!("position", Position), opt!("zone", Str)] },
         _ => return None,
     })
 }
