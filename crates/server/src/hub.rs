@@ -28,7 +28,7 @@ use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
 use patchbay_graph::ComponentStats;
 use patchbay_signal::payload::plain_len;
-use patchbay_signal::{LazyObject, SharedSignal, Signal, SmallString};
+use patchbay_signal::{LazyObject, PREFETCH_AHEAD, SharedSignal, Signal, SmallString};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use tokio::sync::{Notify, watch};
 
@@ -91,10 +91,6 @@ enum Kind {
     /// A type that was escaped in the sajou text.
     Own(Box<str>),
 }
-
-/// How many signals ahead of the frame being written the texts of one are asked for (see
-/// `Signal::prefetch_texts`).
-const PREFETCH_AHEAD: usize = 3;
 
 /// Frames made together share one text buffer and one allocation for the frames, up to
 /// this many frames…

@@ -122,10 +122,15 @@ impl Clone for Signal {
     }
 }
 
+/// How many signals ahead of the one it works on a stage that takes a batch asks for the
+/// memory of one (see [`Signal::prefetch`]): far enough for the fetch to arrive in time,
+/// near enough that it is still in the cache when its turn comes.
+pub const PREFETCH_AHEAD: usize = 3;
+
 impl Signal {
     /// Asks the CPU to bring this signal's fields into its cache: a stage that takes a
-    /// batch of signals made on another core calls it for one a few places ahead of the
-    /// one it works on, so that the fetch overlaps that work. A hint only.
+    /// batch of signals made on another core calls it for the one [`PREFETCH_AHEAD`] places
+    /// ahead of the one it works on, so that the fetch overlaps that work. A hint only.
     #[inline]
     pub fn prefetch(&self) {
         prefetch::lines(

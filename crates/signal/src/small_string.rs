@@ -62,11 +62,7 @@ impl SmallString {
     /// [`is_json_plain`](SmallString::is_json_plain)).
     pub(crate) fn json_plain(text: &str) -> Self {
         debug_assert_eq!(crate::payload::plain_len(text.as_bytes()), text.len());
-        let mut s = SmallString::from(text);
-        if let Repr::Inline { plain, .. } = &mut s.0 {
-            *plain = true;
-        }
-        s
+        SmallString::from(text).known_plain()
     }
 
     /// Whether the text is known to need no escape as a JSON string (no `"`, no `\`, no
@@ -92,11 +88,15 @@ impl SmallString {
     /// in a JSON string (ids, from an alphabet of letters and digits).
     pub(crate) fn from_plain_ascii(bytes: &[u8]) -> Option<Self> {
         debug_assert_eq!(crate::payload::plain_len(bytes), bytes.len());
-        let mut s = SmallString::from_ascii(bytes)?;
-        if let Repr::Inline { plain, .. } = &mut s.0 {
+        SmallString::from_ascii(bytes).map(SmallString::known_plain)
+    }
+
+    /// This text, remembered as needing no escape when it is inline (its maker knows).
+    fn known_plain(mut self) -> Self {
+        if let Repr::Inline { plain, .. } = &mut self.0 {
             *plain = true;
         }
-        Some(s)
+        self
     }
 
     /// `prefix` then `text`: inline when both fit, its bytes moved as a whole block rather

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use patchbay_signal::{SharedSignal, now_ms};
+use patchbay_signal::{PREFETCH_AHEAD, SharedSignal, now_ms};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinSet};
 
@@ -161,10 +161,6 @@ pub(super) struct Running {
     sources: JoinSet<()>,
     outputs: JoinSet<()>,
 }
-
-/// How many signals of a batch ahead of the one the engine takes each one's memory is
-/// asked for (see `Signal::prefetch`).
-const PREFETCH_AHEAD: usize = 3;
 
 impl Running {
     /// Starts every component of `graph`.
