@@ -143,9 +143,9 @@ struct Meter {
 
 thread_local! {
     static METER: Cell<Option<Meter>> = const { Cell::new(None) };
-    /// Bytes allocated (minus freed) on this thread while an evaluation runs.
-    static ALLOCATED: Cell<isize> = const { Cell::new(0) };
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// Bytes allocated (minus freed) on this thread while an evaluation runs; `None` when
+    /// none runs (one thread-local: the allocator reads it on every allocation).
+    static ALLOCATED: Cell<Option<isize>> = const { Cell::new(None) };
 }
 
 /// The address of a local: where the stack is now.
@@ -173,7 +173,7 @@ fn step() {
         Some(Exceeded::Steps)
     } else if meter.stack_base.abs_diff(stack_here()) > MAX_STACK {
         Some(Exceeded::Stack)
-    } else if ALLOCATED.with(Cell::get) > MAX_MEMORY as isize {
+    } else if ALLOCATED.with(Cell::get).unwrap_or(0) > MAX_MEMORY as isize {
         Some(Exceeded::Memory)
     } else {
         None
@@ -192,11 +192,9 @@ fn metered<T>(run: impl FnOnce() -> T) -> std::thread::Result<T> {
             stack_base: stack_here(),
         }))
     });
-    let before = ALLOCATED.with(|a| a.replace(0));
-    COUNTING.with(|c| c.set(true));
+    let before = ALLOCATED.with(|a| a.replace(Some(0)));
     let result = catch_unwind(AssertUnwindSafe(run));
     forget_depths();
-    COUNTING.with(|c| c.set(false));
     ALLOCATED.with(|a| a.set(before));
     METER.with(|m| m.set(outer));
     result
@@ -210,11 +208,12 @@ fn metered<T>(run: impl FnOnce() -> T) -> std::thread::Result<T> {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MeteredAlloc<A = System>(pub A);
 
+#[inline]
 fn count_allocation(delta: isize) {
-    // `try_with`: the thread-locals may be gone while a thread ends.
-    let _ = COUNTING.try_with(|counting| {
-        if counting.get() {
-            let _ = ALLOCATED.try_with(|a| a.set(a.get().saturating_add(delta)));
+    // `try_with`: the thread-local may be gone while a thread ends.
+    let _ = ALLOCATED.try_with(|a| {
+        if let Some(n) = a.get() {
+            a.set(Some(n.saturating_add(delta)));
         }
     });
 }
@@ -223,24 +222,28 @@ fn count_allocation(delta: isize) {
 // const-initialized thread-locals (no allocation, no unwinding).
 #[allow(unsafe_code)]
 unsafe impl<A: GlobalAlloc> GlobalAlloc for MeteredAlloc<A> {
+    #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count_allocation(layout.size() as isize);
         // SAFETY: the caller's contract, passed on.
         unsafe { self.0.alloc(layout) }
     }
 
+    #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         count_allocation(layout.size() as isize);
         // SAFETY: the caller's contract, passed on.
         unsafe { self.0.alloc_zeroed(layout) }
     }
 
+    #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         count_allocation(-(layout.size() as isize));
         // SAFETY: the caller's contract, passed on.
         unsafe { self.0.dealloc(ptr, layout) }
     }
 
+    #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count_allocation(new_size as isize - layout.size() as isize);
         // SAFETY: the caller's contract, passed on.
