@@ -1236,6 +1236,42 @@ mod tests {
     }
 
     #[test]
+    fn a_payload_and_its_metadata_are_kept_as_text_in_either_order() {
+        let payload = r#"{"agentId":"a","content":"hi","index":3}"#;
+        let metadata = r#"{"t0":17}"#;
+        let between = format!(r#""source":"{}""#, "s".repeat(100));
+        for text in [
+            format!(r#"{{"type":"text_delta","payload":{payload},"metadata":{metadata}}}"#),
+            format!(r#"{{"type":"text_delta","metadata":{metadata},"payload":{payload}}}"#),
+            format!(r#"{{"type":"x","payload":{payload},{between},"metadata":{metadata}}}"#),
+            format!(r#"{{"type":"x","metadata":{metadata},{between},"payload":{payload}}}"#),
+        ] {
+            let s = n().decode_text(&text).unwrap().into_signal();
+            assert_eq!(s.payload.raw_json(), Some(payload), "{text}");
+            let kept = s.metadata.as_ref().and_then(LazyObject::raw_json);
+            assert_eq!(kept, Some(metadata), "{text}");
+            // Each changes alone.
+            let mut changed = s.clone();
+            changed.payload.insert("index".into(), 4.into());
+            assert_eq!(changed.metadata.as_ref().unwrap()["t0"], 17);
+            assert_eq!(s.payload["index"], 3);
+        }
+        // A repair that changes both keeps both as text.
+        let s = n()
+            .decode_text(
+                r#"{"type":"text_delta","payload":{"content":"x","foo":1},"metadata":{"t0":1}}"#,
+            )
+            .unwrap()
+            .into_signal();
+        assert_eq!(
+            s.payload.raw_json(),
+            Some(r#"{"content":"x","agentId":"test:n"}"#)
+        );
+        let kept = s.metadata.as_ref().and_then(LazyObject::raw_json);
+        assert_eq!(kept, Some(r#"{"t0":1,"extra":{"foo":1}}"#));
+    }
+
+    #[test]
     fn blank_lines_are_skipped() {
         assert!(n().decode_text("  \r").is_none());
     }
