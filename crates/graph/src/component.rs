@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use patchbay_signal::normalize::Decoded;
-use patchbay_signal::{SharedSignal, Signal};
+use patchbay_signal::{SharedSignal, Signal, spent};
 use tokio::sync::{mpsc, watch};
 
 use crate::events::EventSender;
@@ -241,12 +241,14 @@ impl SourceContext {
     /// refused ones are left in it, in order, so that the caller can name them.
     ///
     /// Whatever room the graph's queue has is taken for the whole run at once: a burst is
-    /// one hand-over (and one wake-up of the graph), not one per signal.
+    /// one hand-over (and one wake-up of the graph), not one per signal. Before it, the
+    /// signals consumers have finished with are freed on this thread (see [`spent`]).
     pub async fn emit_batch_within(
         &self,
         signals: &mut Vec<SharedSignal>,
         wait: Duration,
     ) -> Emitted {
+        spent::free();
         ComponentStats::add(&self.stats.received, signals.len() as u64);
         let (accepted, refused) = self.tx.send_within(self.node, signals, Some(wait)).await;
         ComponentStats::add(&self.stats.sent, accepted as u64);
@@ -275,8 +277,10 @@ impl SourceContext {
 
     /// Emits `signals` in order, waiting while the graph's inbound queue is full (as
     /// [`emit`](SourceContext::emit) does); whatever room there is is taken at once, so
-    /// that a burst is one hand-over. The signals are taken from `signals`.
+    /// that a burst is one hand-over. The signals are taken from `signals`. Before it, the
+    /// signals consumers have finished with are freed on this thread (see [`spent`]).
     pub async fn emit_batch(&self, signals: &mut Vec<SharedSignal>) -> Result<(), Closed> {
+        spent::free();
         ComponentStats::add(&self.stats.received, signals.len() as u64);
         let (sent, refused) = self.tx.send_within(self.node, signals, None).await;
         ComponentStats::add(&self.stats.sent, sent as u64);

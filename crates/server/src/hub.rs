@@ -28,7 +28,7 @@ use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
 use patchbay_graph::ComponentStats;
 use patchbay_signal::payload::plain_len;
-use patchbay_signal::{LazyObject, PREFETCH_AHEAD, SharedSignal, Signal, SmallString};
+use patchbay_signal::{LazyObject, PREFETCH_AHEAD, SharedSignal, Signal, SmallString, spent};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use tokio::sync::{Notify, watch};
 
@@ -145,24 +145,24 @@ impl Deref for FrameRef {
 /// The frames are made in blocks (at most [`BLOCK_FRAMES`] frames and about
 /// [`BLOCK_BYTES`] of text each): a block's texts share one buffer, and its frames one
 /// allocation, so that publishing a burst costs a few allocations per block rather than
-/// several per signal.
+/// several per signal. The signals are then handed back to be freed where they were made
+/// ([`spent`]), and `signals` is left empty.
 pub fn frames(first_seq: u64, signals: &mut Vec<SharedSignal>) -> Vec<FrameRef> {
-    let mut left = signals.len();
-    let mut out = Vec::with_capacity(left);
+    let mut out = Vec::with_capacity(signals.len());
     let mut block = Block::default();
-    let mut signals = signals.drain(..);
-    let mut seq = first_seq;
-    while let Some(signal) = signals.next() {
+    for (i, signal) in signals.iter().enumerate() {
+        let seq = first_seq + i as u64;
         // Texts made on another core, asked for a few frames ahead of their copy.
-        if let Some(ahead) = signals.as_slice().get(PREFETCH_AHEAD) {
+        if let Some(ahead) = signals.get(i + PREFETCH_AHEAD) {
             ahead.prefetch_texts();
         }
-        let room = Part::room(&signal);
+        let room = Part::room(signal);
         if !block.parts.is_empty() && block.text.len() + room > BLOCK_BYTES {
             // The block is full: a frame is not copied again by a buffer that grows.
             block.finish(&mut out);
         }
         if block.text.capacity() == 0 {
+            let left = signals.len() - i;
             // Room for a frame like this one of each signal left, up to a block's worth
             // (the ring keeps blocks: a block of a few frames does not hold a buffer sized
             // for many).
@@ -170,9 +170,8 @@ pub fn frames(first_seq: u64, signals: &mut Vec<SharedSignal>) -> Vec<FrameRef> 
                 .text
                 .reserve((left.clamp(1, BLOCK_FRAMES) * room).min(BLOCK_BYTES.max(room)));
         }
-        left = left.saturating_sub(1);
         let from = block.text.len();
-        let mut part = Part::write(&mut block.text, seq, &signal);
+        let mut part = Part::write(&mut block.text, seq, signal);
         if part.end - from >= BLOCK_BYTES && !block.parts.is_empty() {
             // A large frame is not kept alive by the small ones before it (nor they by
             // it): it takes a block of its own.
@@ -185,9 +184,9 @@ pub fn frames(first_seq: u64, signals: &mut Vec<SharedSignal>) -> Vec<FrameRef> 
         if block.parts.len() == BLOCK_FRAMES || block.text.len() >= BLOCK_BYTES {
             block.finish(&mut out);
         }
-        seq += 1;
     }
     block.finish(&mut out);
+    spent::hand_back(signals);
     out
 }
 

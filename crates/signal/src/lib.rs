@@ -19,6 +19,7 @@ pub mod path;
 pub mod payload;
 mod prefetch;
 mod small_string;
+pub mod spent;
 pub mod template;
 pub mod well_known;
 
