@@ -4,13 +4,13 @@
 //! made by the task that decodes a connection's envelopes and most often freed by its last
 //! consumer's task, on the other core. mimalloc frees another thread's block with an
 //! atomic operation on that thread's page, and that thread later collects such blocks one
-//! by one before it can reuse them: at full rate this was about a sixth of the daemon's CPU
-//! (BENCHMARKS.md, "Freed where they are made"). So a consumer that ends signals a batch at
-//! a time (the sidecar, once it has written their frames) hands the batch to
-//! [`hand_back`], and a source that hands the graph its signals a batch at a time (a
-//! connection that decodes envelopes; the graph's `emit_batch` calls it) calls [`free`]
-//! before each batch: the blocks are then most often freed by the thread that made them,
-//! which is a plain store.
+//! by one before it can reuse them: at full rate mimalloc took 22% of the daemon's CPU, 7%
+//! once the frees moved (BENCHMARKS.md, "This round: signals freed where they were made").
+//! So a consumer that ends signals a batch at a time (the sidecar, once it has written
+//! their frames) hands the batch to [`hand_back`], and a source that hands the graph its
+//! signals a batch at a time (a connection that decodes envelopes; the graph's
+//! `emit_batch` calls it) calls [`free`] before each batch: the blocks are then most often
+//! freed by the thread that made them, which is a plain store.
 //!
 //! Nothing here is a queue of data: what is in the bin has been delivered, and freeing it
 //! anywhere is correct; only where it is freed changes. The bin holds at most
